@@ -1,0 +1,1 @@
+"""Runnable example apps: ``streamkit worker apps.pageviews``."""

@@ -1,0 +1,20 @@
+"""streamkit: Kafka Streams-style stream processing for Python.
+
+>>> import streamkit as sk
+>>> app = sk.App("hello")
+>>> views = app.topic("views", value_serde=sk.serdes.Json(), partitions=3)
+"""
+from . import serdes, stores
+from .app import App
+from .dsl import BranchedStream, GroupedStream, GroupedTable, Stream, StreamsBuilder, Table
+from .errors import (ConfigError, RecordError, SerializationError, StreamkitError, TopologyError,
+                     UserFunctionError)
+from .processor import ProcessorContext, Punctuation
+from .topics import TopicSpec
+
+__all__ = [
+    "App", "StreamsBuilder", "Stream", "BranchedStream", "GroupedStream", "GroupedTable", "Table",
+    "ProcessorContext", "Punctuation", "TopicSpec", "serdes", "stores",
+    "StreamkitError", "ConfigError", "TopologyError", "SerializationError", "RecordError", "UserFunctionError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,148 @@
+"""App: the entry point of a streamkit application.
+
+>>> import streamkit as sk
+>>> app = sk.App("doc-app")
+>>> @app.topology
+... def build(b):
+...     b.stream("lines").filter(lambda k, v: v).to("non-empty")
+>>> print(app.describe(), end="")
+Topology: doc-app
+  Sub-topology: 0
+    Source: lines (topic: lines)
+      --> lines.filter
+    Processor: lines.filter (filter)
+      --> lines.filter.to-non-empty
+      <-- lines
+    Sink: lines.filter.to-non-empty (topic: non-empty)
+      <-- lines.filter
+"""
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from .dsl import StreamsBuilder
+from .dsl.draft import TopologyDraft
+from .errors import ConfigError, TopologyError
+from .processor import ProcessorContext, ProcessorDefinition, define_processor
+from .runtime.error_policy import check_handler
+from .serdes import Json, Serde, String
+from .stores import StoreSpec
+from .topics import TopicSpec
+from .topology import Topology
+from .topology.passes import build_topology
+
+__all__ = ["App"]
+
+_APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+GUARANTEES = ("at_least_once", "exactly_once")
+
+
+class App:
+    """A stream processing application: its topics, topology and settings.
+
+    ``broker`` is ``"embedded:///path"`` (the default: ``./.streamkit``) or
+    ``"kafka://host:port,..."``; ``--broker`` and ``STREAMKIT_BROKER`` override it
+    when running a worker. The app id names the consumer group and prefixes
+    internal topics (``<app-id>-<node>-repartition``, ``<app-id>-dlq``).
+    """
+
+    def __init__(self, app_id: str, *, broker: Optional[str] = None,
+                 processing_guarantee: str = "at_least_once",
+                 commit_interval: timedelta = timedelta(seconds=1),
+                 default_key_serde: Serde = String(), default_value_serde: Serde = Json(),
+                 deserialization_error_handler: str = "fail", processing_error_handler: str = "fail",
+                 state_dir: Optional[str] = None) -> None:
+        if not isinstance(app_id, str) or not _APP_ID.match(app_id):
+            raise ConfigError(f"app id {app_id!r} is invalid: use 1-200 of the characters [A-Za-z0-9._-]")
+        if processing_guarantee not in GUARANTEES:
+            raise ConfigError(f"processing_guarantee={processing_guarantee!r}: use one of {', '.join(GUARANTEES)}")
+        if processing_guarantee == "exactly_once":
+            raise ConfigError("processing_guarantee='exactly_once' is not available yet in this release; "
+                              "use 'at_least_once'")
+        if not isinstance(commit_interval, timedelta) or commit_interval <= timedelta(0):
+            raise ConfigError(f"commit_interval must be a positive timedelta, got {commit_interval!r}")
+        self.id = app_id
+        self.broker = broker
+        self.processing_guarantee = processing_guarantee
+        self.commit_interval = commit_interval
+        self.default_key_serde = default_key_serde
+        self.default_value_serde = default_value_serde
+        self.deserialization_error_handler = check_handler(deserialization_error_handler,
+                                                           "deserialization_error_handler")
+        self.processing_error_handler = check_handler(processing_error_handler, "processing_error_handler")
+        self.state_dir = state_dir
+        self._topics: Dict[str, TopicSpec] = {}
+        self._topology_fns: List[Callable[[StreamsBuilder], None]] = []
+        self._topology: Optional[Topology] = None
+
+    # -- declarations -------------------------------------------------------------
+
+    def topic(self, name: str, *, key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None,
+              partitions: Optional[int] = None, config: Optional[Mapping[str, str]] = None) -> TopicSpec:
+        """Declare a topic the app reads or writes, with its serdes (default: the app's)
+        and the partition count used if streamkit creates it."""
+        if name in self._topics:
+            raise TopologyError(f"topic '{name}' is declared twice in app '{self.id}'")
+        spec = TopicSpec(name, key_serde or self.default_key_serde, value_serde or self.default_value_serde,
+                         partitions, dict(config or {}))
+        self._topics[name] = spec
+        self._topology = None
+        return spec
+
+    @property
+    def topics(self) -> Mapping[str, TopicSpec]:
+        return dict(self._topics)
+
+    def topology(self, fn: Callable[[StreamsBuilder], None]) -> Callable[[StreamsBuilder], None]:
+        """Decorator: ``fn(builder)`` defines (part of) the topology. Several are allowed."""
+        if not callable(fn):
+            raise TopologyError(f"@app.topology decorates a function, got {fn!r}")
+        self._topology_fns.append(fn)
+        self._topology = None
+        return fn
+
+    def processor(self, *, stores: Sequence[StoreSpec] = (), name: Optional[str] = None,
+                  init: Optional[Callable[[ProcessorContext], None]] = None
+                  ) -> Callable[[Callable[[ProcessorContext, Any, Any], None]], ProcessorDefinition]:
+        """Decorator for a Processor-API function ``fn(ctx, key, value)``.
+
+        ``stores`` declares the stores it may open with ``ctx.store(name)``;
+        ``init(ctx)`` runs once per task before the first record (schedule timers there).
+        """
+        def decorate(fn: Callable[[ProcessorContext, Any, Any], None]) -> ProcessorDefinition:
+            return define_processor(fn, stores, name, init)
+        return decorate
+
+    # -- the built topology -------------------------------------------------------
+
+    def build(self) -> Topology:
+        """Run the topology functions and the IR passes (cached)."""
+        if self._topology is None:
+            if not self._topology_fns:
+                raise TopologyError(f"app '{self.id}' has no topology: decorate a function with @app.topology")
+            draft = TopologyDraft(self.id, self._topics, self.default_key_serde, self.default_value_serde)
+            builder = StreamsBuilder(draft)
+            for fn in self._topology_fns:
+                fn(builder)
+            self._topology = build_topology(self.id, draft.nodes, draft.stores, draft.topics)
+        return self._topology
+
+    def describe(self, format: str = "text") -> str:
+        """The topology as text (sub-topologies, sources, processors, stores, sinks) or mermaid."""
+        return self.build().describe(format)
+
+    def resolve_broker(self, override: Optional[str] = None) -> str:
+        """``override`` (``--broker``), else ``$STREAMKIT_BROKER``, else the app's, else embedded."""
+        return override or os.environ.get("STREAMKIT_BROKER") or self.broker or "embedded://.streamkit"
+
+    def run(self, *, broker: Optional[str] = None, until_idle: Optional[float] = None) -> None:
+        """Run a worker in this process until stopped (or idle for ``until_idle`` seconds)."""
+        from .runtime.worker import run_worker
+
+        run_worker(self, broker=self.resolve_broker(broker), until_idle=until_idle)
+
+    def __repr__(self) -> str:
+        return f"<App {self.id!r}>"

@@ -1,0 +1,50 @@
+"""The ``streamkit`` command line."""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from ..errors import StreamkitError
+from .consume import consume
+from .demo import demo
+from .groups import groups
+from .produce import produce
+from .topics import topics
+from .worker import describe, worker
+
+__all__ = ["main", "cli"]
+
+
+class _Cli(click.Group):
+    """Turns expected errors into one ``Error: ...`` line and exit code 1, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from ..transport.embedded import EmbeddedBrokerError
+
+        try:
+            return super().invoke(ctx)
+        except (StreamkitError, EmbeddedBrokerError, ValueError, OSError) as exc:
+            if isinstance(exc, click.ClickException):
+                raise
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.version_option(package_name="streamkit")
+def cli(log_level: str) -> None:
+    """streamkit: Kafka Streams-style stream processing for Python."""
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+for command in (worker, describe, topics, produce, consume, groups, demo):
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli(prog_name="streamkit")

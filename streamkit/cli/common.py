@@ -1,0 +1,32 @@
+"""Options and helpers shared by the CLI commands."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import click
+
+from ..transport.base import Transport
+from ..transport.factory import open_transport
+
+broker_option = click.option(
+    "--broker", metavar="URL", default=None,
+    help="embedded:///path or kafka://host:port (default: $STREAMKIT_BROKER, else the app's, "
+         "else embedded://.streamkit).")
+
+
+def broker_url(option: Optional[str]) -> str:
+    return option or os.environ.get("STREAMKIT_BROKER") or "embedded://.streamkit"
+
+
+def connect(option: Optional[str]) -> Transport:
+    return open_transport(broker_url(option))
+
+
+def require_topic(transport: Transport, name: str):
+    meta = transport.admin.topic(name)
+    if meta is None:
+        raise click.ClickException(
+            f"unknown topic '{name}' on {transport.url}: create it with "
+            f"`streamkit topics create {name} --partitions N`")
+    return meta

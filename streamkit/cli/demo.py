@@ -1,0 +1,93 @@
+"""``streamkit demo``: sample page views through ``apps.pageviews`` on a fresh embedded broker."""
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+from collections import Counter
+from typing import Dict, List, Optional, Tuple
+
+import click
+import orjson
+
+from ..runtime.worker import run_worker
+from ..transport.base import TopicPartition
+from ..transport.factory import open_transport
+from ..transport.partitioner import partition_for_key
+from .loading import load_app
+
+PAGES = ["Home", "Pricing", "Docs", "Blog", "About", "Careers", "Login", "Signup"]
+
+
+def sample_pageviews(count: int, seed: int = 7) -> List[Tuple[str, dict]]:
+    """Deterministic (user, view) pairs; page names in mixed case, amounts 1-50."""
+    rng = random.Random(seed)
+    start = 1_700_000_000_000
+    return [(f"user-{rng.randrange(200)}",
+             {"user": f"user-{rng.randrange(200)}", "page": rng.choice(PAGES) if i % 3 else rng.choice(PAGES).upper(),
+              "ts": start + i * 100, "amount": rng.randint(1, 50)}) for i in range(count)]
+
+
+@click.command()
+@click.option("--events", type=click.IntRange(min=1), default=20_000, show_default=True)
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
+              help="Embedded broker directory (default: a fresh temporary one).")
+@click.option("--app", "app_spec", default="apps.pageviews", show_default=True)
+def demo(events: int, directory: Optional[str], app_spec: str) -> None:
+    """Produce sample page views, run the pageviews app until idle, print counts per page."""
+    app = load_app(app_spec)
+    directory = directory or tempfile.mkdtemp(prefix="streamkit-demo-")
+    url = f"embedded://{directory}"
+    data = sample_pageviews(events)
+    transport = open_transport(url)
+    try:
+        partitions = app.topics["pageviews"].partitions or 1
+        transport.admin.create_topic("pageviews", partitions, exist_ok=True)
+        per_partition: Dict[int, list] = {}
+        for user, view in data:
+            key = user.encode()
+            per_partition.setdefault(partition_for_key(key, partitions), []).append(
+                (key, orjson.dumps(view), view["ts"], None))
+        producer = transport.producer()
+        asyncio.run(producer.send([("pageviews", p, recs) for p, recs in sorted(per_partition.items())]))
+    finally:
+        transport.close()
+    click.echo(f"produced {events} page views to {url}")
+
+    started = time.monotonic()
+    totals = run_worker(app, broker=url, until_idle=1.0)
+    click.echo(f"worker processed {totals.records_processed} records in {time.monotonic() - started:.1f} s")
+
+    counts = _final_counts(url, "page-counts")
+    expected = Counter(v["page"].lower() for _, v in data if v["amount"] > 10)
+    click.echo(f"\n{'PAGE':<10} {'VIEWS > 10':>10}")
+    for page, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        click.echo(f"{page:<10} {count:>10}")
+    if counts != dict(expected):
+        raise click.ClickException("the counts do not match the input: this is a bug, please report it")
+    click.echo(f"\nverified: the counts match a direct count of the {events} input events")
+
+
+def _final_counts(url: str, topic: str) -> Dict[str, int]:
+    transport = open_transport(url)
+    try:
+        meta = transport.admin.topic(topic)
+        consumer = transport.consumer("streamkit-demo-reader")
+        tps = [TopicPartition(topic, p) for p in range(meta.partitions)] if meta else []
+        consumer.assign(tps, {tp: 0 for tp in tps})
+        counts: Dict[str, int] = {}
+
+        async def read_all() -> None:
+            while True:
+                batches = await consumer.fetch(0.05)
+                if not batches:
+                    return
+                for batch in batches:
+                    for _offset, _ts, key, value, _headers in batch.records:
+                        counts[key.decode()] = orjson.loads(value)
+        asyncio.run(read_all())
+        consumer.close()
+        return counts
+    finally:
+        transport.close()

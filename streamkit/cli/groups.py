@@ -1,0 +1,90 @@
+"""``streamkit groups list|describe|reset-offsets``, like kafka-consumer-groups."""
+from __future__ import annotations
+
+from typing import Optional
+
+import click
+
+from ..transport.base import TopicPartition
+from .common import broker_option, connect, require_topic
+
+
+@click.group()
+def groups() -> None:
+    """Consumer groups: committed offsets and lag."""
+
+
+@groups.command("list")
+@broker_option
+def list_(broker: Optional[str]) -> None:
+    """List consumer groups that have committed offsets."""
+    transport = connect(broker)
+    try:
+        for group in transport.admin.list_groups():
+            click.echo(group)
+    finally:
+        transport.close()
+
+
+def _require_group(transport, group: str) -> dict:
+    committed = transport.admin.committed_offsets(group)
+    if not committed and group not in transport.admin.list_groups():
+        raise click.ClickException(f"unknown group '{group}' on {transport.url} (see `streamkit groups list`)")
+    return committed
+
+
+@groups.command("describe")
+@click.argument("group")
+@broker_option
+def describe(group: str, broker: Optional[str]) -> None:
+    """Committed offset, log end offset and lag per partition of GROUP."""
+    transport = connect(broker)
+    try:
+        committed = _require_group(transport, group)
+        rows = []
+        for tp in sorted(committed):
+            if transport.admin.topic(tp.topic) is None:
+                continue
+            end = transport.admin.partition_offsets(tp.topic, tp.partition).end
+            rows.append((tp.topic, str(tp.partition), str(committed[tp]), str(end), str(max(end - committed[tp], 0))))
+        header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG")
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        for row in [header, *rows]:
+            click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    finally:
+        transport.close()
+
+
+@groups.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", required=True, help="Reset every partition of this topic.")
+@click.option("--to-earliest", is_flag=True)
+@click.option("--to-latest", is_flag=True)
+@click.option("--shift-by", type=int, default=None, metavar="N", help="Move each offset by N (may be negative).")
+@broker_option
+def reset_offsets(group: str, topic: str, to_earliest: bool, to_latest: bool, shift_by: Optional[int],
+                  broker: Optional[str]) -> None:
+    """Move GROUP's committed offsets on TOPIC (stop its workers first)."""
+    if sum([to_earliest, to_latest, shift_by is not None]) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --shift-by N")
+    transport = connect(broker)
+    try:
+        meta = require_topic(transport, topic)
+        committed = transport.admin.committed_offsets(group)
+        new = {}
+        for partition in range(meta.partitions):
+            tp = TopicPartition(topic, partition)
+            offsets = transport.admin.partition_offsets(topic, partition)
+            if to_earliest:
+                target = offsets.start
+            elif to_latest:
+                target = offsets.end
+            else:
+                target = committed.get(tp, offsets.start) + shift_by  # type: ignore[operator]
+            new[tp] = min(max(target, offsets.start), offsets.end)
+        transport.admin.reset_offsets(group, new)
+        click.echo(f"{'TOPIC'}  PARTITION  NEW-OFFSET")
+        for tp, offset in sorted(new.items()):
+            click.echo(f"{tp.topic}  {tp.partition}  {offset}")
+    finally:
+        transport.close()

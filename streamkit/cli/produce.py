@@ -1,0 +1,135 @@
+"""``streamkit produce``: one record per stdin line, like kafka-console-producer."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import select
+import sys
+import time
+from typing import Iterator, List, Optional, Tuple
+
+import click
+import orjson
+
+from ..transport.base import OutgoingRecord
+from ..transport.partitioner import partition_for_key
+from .common import broker_option, connect, require_topic
+
+BATCH_RECORDS = 1000
+LINGER_SECONDS = 0.05  # send what we have when stdin pauses this long (interactive use)
+
+
+def _stdin_lines() -> Iterator[Tuple[bytes, bool]]:
+    """Yield (line, more_ready): ``more_ready`` is False when stdin has paused."""
+    fd = sys.stdin.fileno()
+    pending = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], LINGER_SECONDS)
+        if not ready:
+            yield b"", False
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            if pending:
+                yield pending, True
+            return
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line, True
+
+
+def _key_of(value: object, field: str, line_no: int) -> bytes:
+    if not isinstance(value, dict) or field not in value:
+        raise click.ClickException(f"line {line_no}: no field '{field}' for --key-field in {value!r:.80}")
+    key = value[field]
+    return key.encode() if isinstance(key, str) else orjson.dumps(key)
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--key-field", metavar="FIELD", help="Use this field of each JSON value as the record key.")
+@click.option("--partition", type=click.IntRange(min=0), default=None,
+              help="Write every record to this partition (default: by key, round-robin without key).")
+@click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json", show_default=True,
+              help="json: each line must be a JSON value; text: each line is a UTF-8 string value.")
+@broker_option
+def produce(topic: str, key_field: Optional[str], partition: Optional[int], fmt: str,
+            broker: Optional[str]) -> None:
+    """Append one record per line of standard input to TOPIC."""
+    if key_field and fmt != "json":
+        raise click.UsageError("--key-field needs --format json")
+    transport = connect(broker)
+    try:
+        meta = require_topic(transport, topic)
+        if partition is not None and partition >= meta.partitions:
+            raise click.ClickException(f"topic '{topic}' has {meta.partitions} partition(s): "
+                                       f"--partition {partition} does not exist")
+        count = asyncio.run(_produce(transport, topic, meta.partitions, key_field, partition, fmt))
+    finally:
+        transport.close()
+    click.echo(f"produced {count} record(s) to {topic}", err=True)
+
+
+async def _produce(transport, topic: str, partitions: int, key_field: Optional[str],
+                   fixed_partition: Optional[int], fmt: str) -> int:
+    producer = transport.producer()
+    buffers: List[List[OutgoingRecord]] = [[] for _ in range(partitions)]
+    round_robin = itertools.cycle(range(partitions))
+    produced = buffered = 0
+
+    async def flush() -> None:
+        nonlocal produced, buffered
+        batches = [(topic, p, records) for p, records in enumerate(buffers) if records]
+        if batches:
+            await producer.send(batches)
+            for p in range(partitions):
+                buffers[p] = []
+            produced += buffered
+            buffered = 0
+
+    line_no = 0
+    try:
+        for line, more in _stdin_lines():
+            if not more:
+                await flush()
+                continue
+            line_no += 1
+            line = line.rstrip(b"\r")
+            if not line.strip():
+                continue
+            key: Optional[bytes] = None
+            if fmt == "json":
+                try:
+                    value = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise _bad_line(line_no, f"not valid JSON ({exc})", line) from None
+                if key_field:
+                    key = _key_of(value, key_field, line_no)
+                payload = orjson.dumps(value)
+            else:
+                try:
+                    line.decode()
+                except UnicodeDecodeError:
+                    raise _bad_line(line_no, "not UTF-8 text", line) from None
+                payload = line
+            if fixed_partition is not None:
+                p = fixed_partition
+            elif key is not None:
+                p = partition_for_key(key, partitions)
+            else:
+                p = next(round_robin)
+            buffers[p].append((key, payload, int(time.time() * 1000), None))
+            buffered += 1
+            if buffered >= BATCH_RECORDS:
+                await flush()
+    finally:
+        await flush()  # lines before a bad one are kept, as kafka-console-producer does
+        await producer.flush()
+        producer.close()
+    return produced
+
+
+def _bad_line(line_no: int, why: str, line: bytes) -> click.ClickException:
+    return click.ClickException(f"line {line_no}: {why}: {line[:80]!r}; the lines before it were produced")

@@ -1,0 +1,40 @@
+"""``streamkit worker`` and ``streamkit describe``."""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Optional
+
+import click
+
+from ..errors import RecordError
+from ..runtime.worker import run_worker
+from .common import broker_option
+from .loading import load_app
+
+log = logging.getLogger("streamkit.cli")
+
+
+@click.command()
+@click.argument("app_spec", metavar="APP")
+@broker_option
+@click.option("--until-idle", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Commit and exit after no input arrived for this long.")
+def worker(app_spec: str, broker: Optional[str], until_idle: Optional[float]) -> None:
+    """Run APP (module or module:attribute) until stopped (Ctrl-C / SIGTERM commit first)."""
+    app = load_app(app_spec)
+    url = app.resolve_broker(broker)
+    try:
+        totals = run_worker(app, broker=url, until_idle=until_idle)
+    except RecordError as exc:
+        log.error("worker stopped: %s", exc)
+        raise click.ClickException(f"{exc} (offsets are committed only up to before this record)") from None
+    click.echo(f"processed {totals.records_processed} record(s)", err=True)
+
+
+@click.command()
+@click.argument("app_spec", metavar="APP")
+@click.option("--format", "fmt", type=click.Choice(["text", "mermaid"]), default="text", show_default=True)
+def describe(app_spec: str, fmt: str) -> None:
+    """Print APP's topology: sub-topologies, sources, processors, stores, sinks."""
+    sys.stdout.write(load_app(app_spec).describe(fmt))

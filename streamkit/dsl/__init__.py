@@ -1,0 +1,7 @@
+"""The declarative DSL: builders that append IR nodes and never execute."""
+from .builder import StreamsBuilder
+from .grouped import GroupedStream, GroupedTable
+from .stream import BranchedStream, Stream
+from .table import Table
+
+__all__ = ["StreamsBuilder", "Stream", "BranchedStream", "GroupedStream", "GroupedTable", "Table"]

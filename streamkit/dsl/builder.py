@@ -1,0 +1,55 @@
+"""StreamsBuilder: where a topology function starts its streams and tables."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Optional, Union
+
+from ..errors import TopologyError
+from ..serdes import Json, Void
+from ..stores import StoreSpec
+from ..topics import TopicSpec
+from ..topology import nodes as ir
+from .draft import TopologyDraft, check_callable
+from .stream import Stream
+from .table import Table
+
+TimestampExtractor = Callable[[Any, Any], Union[int, float, datetime]]
+
+
+class StreamsBuilder:
+    """Passed to each ``@app.topology`` function."""
+
+    def __init__(self, draft: TopologyDraft) -> None:
+        self._draft = draft
+
+    def stream(self, topic: Union[str, TopicSpec], *, timestamp: Optional[TimestampExtractor] = None,
+               name: Optional[str] = None) -> Stream:
+        """Records of ``topic`` as a stream. ``timestamp(key, value)`` gives each record's
+        event time (epoch ms int, float or datetime); default: the record's own timestamp."""
+        spec = self._draft.resolve_topic(topic)
+        node = name or spec.name
+        if timestamp is not None:
+            check_callable(timestamp, "timestamp extractor", ("key", "value"), node)
+        self._draft.append(ir.SourceNode(node, (), topic=spec.name, key_serde=spec.key_serde,
+                                         value_serde=spec.value_serde, timestamp_extractor=timestamp))
+        return Stream(self._draft, node, keyless=isinstance(spec.key_serde, Void))
+
+    def table(self, topic: Union[str, TopicSpec], name: Optional[str] = None, *,
+              timestamp: Optional[TimestampExtractor] = None) -> Table:
+        """``topic`` read as a table: the latest value per key, materialized in a store
+        named ``name`` (default: ``<topic>-table``). A ``None`` value deletes the key."""
+        spec = self._draft.resolve_topic(topic)
+        if isinstance(spec.key_serde, Void):
+            raise TopologyError(
+                f"table('{spec.name}'): a table needs keys, but the topic's key serde is Void; "
+                "declare the topic with a key serde (app.topic(..., key_serde=sk.serdes.String()))")
+        table_name = name or f"{spec.name}-table"
+        if timestamp is not None:
+            check_callable(timestamp, "timestamp extractor", ("key", "value"), table_name)
+        source = f"{spec.name}-source" if table_name == spec.name else spec.name
+        self._draft.append(ir.SourceNode(source, (), topic=spec.name, key_serde=spec.key_serde,
+                                         value_serde=spec.value_serde, timestamp_extractor=timestamp))
+        self._draft.add_store(StoreSpec(table_name, "key_value", spec.key_serde or Json(),
+                                        spec.value_serde or Json()), table_name)
+        self._draft.append(ir.TableSourceNode(table_name, (source,), store=table_name))
+        return Table(self._draft, table_name)

@@ -1,0 +1,232 @@
+"""Stream: an unbounded sequence of key-value records and its stateless operations."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+from ..errors import TopologyError
+from ..processor import ProcessorDefinition
+from ..serdes import Serde
+from ..topics import TopicSpec
+from ..topology import nodes as ir
+from .draft import TopologyDraft, check_callable, check_serde
+
+if TYPE_CHECKING:
+    from .grouped import GroupedStream
+
+KV = Tuple[Any, Any]
+
+
+class Stream:
+    """A record stream (Kafka Streams' KStream). Every method appends to the topology
+    and returns a new object; nothing runs until a worker or the test driver runs it.
+
+    Operations here are stateless. Those marked *key-changing* make a later
+    stateful operation (``group_by_key().count()`` …) repartition the stream
+    through an internal topic first.
+    """
+
+    def __init__(self, draft: TopologyDraft, node: str, *, keyless: bool = False) -> None:
+        self._draft = draft
+        self._node = node
+        self._keyless = keyless
+
+    @property
+    def name(self) -> str:
+        """The name of the node producing this stream."""
+        return self._node
+
+    def _then(self, node: ir.Node, *, keyless: Optional[bool] = None) -> "Stream":
+        self._draft.append(node)
+        return Stream(self._draft, node.name, keyless=self._keyless if keyless is None else keyless)
+
+    def _named(self, name: Optional[str], kind: str) -> str:
+        return self._draft.name_for(name, self._node, kind)
+
+    def filter(self, predicate: Callable[[Any, Any], bool], *, name: Optional[str] = None) -> "Stream":
+        """Keep records for which ``predicate(key, value)`` is true. Stateless."""
+        node = self._named(name, "filter")
+        check_callable(predicate, "filter predicate", ("key", "value"), node)
+        return self._then(ir.FilterNode(node, (self._node,), predicate=predicate))
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool], *, name: Optional[str] = None) -> "Stream":
+        """Drop records for which ``predicate(key, value)`` is true. Stateless."""
+        node = self._named(name, "filter_not")
+        check_callable(predicate, "filter_not predicate", ("key", "value"), node)
+        return self._then(ir.FilterNode(node, (self._node,), predicate=predicate, negate=True))
+
+    def map(self, mapper: Callable[[Any, Any], KV], *, name: Optional[str] = None) -> "Stream":
+        """Replace each record by ``mapper(key, value) -> (new_key, new_value)``.
+        Stateless, key-changing."""
+        node = self._named(name, "map")
+        check_callable(mapper, "map function", ("key", "value"), node)
+        return self._then(ir.MapNode(node, (self._node,), mapper=mapper), keyless=False)
+
+    def map_values(self, mapper: Callable[[Any], Any], *, name: Optional[str] = None) -> "Stream":
+        """Replace each value by ``mapper(value)``; the key stays. Stateless."""
+        node = self._named(name, "map_values")
+        check_callable(mapper, "map_values function", ("value",), node)
+        return self._then(ir.MapValuesNode(node, (self._node,), mapper=mapper))
+
+    def flat_map(self, mapper: Callable[[Any, Any], Iterable[KV]], *, name: Optional[str] = None) -> "Stream":
+        """Replace each record by the ``(key, value)`` pairs ``mapper(key, value)`` returns
+        (none, one or many). Stateless, key-changing."""
+        node = self._named(name, "flat_map")
+        check_callable(mapper, "flat_map function", ("key", "value"), node)
+        return self._then(ir.FlatMapNode(node, (self._node,), mapper=mapper), keyless=False)
+
+    def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]], *,
+                        name: Optional[str] = None) -> "Stream":
+        """Replace each record by one record per value in ``mapper(value)``, same key. Stateless."""
+        node = self._named(name, "flat_map_values")
+        check_callable(mapper, "flat_map_values function", ("value",), node)
+        return self._then(ir.FlatMapValuesNode(node, (self._node,), mapper=mapper))
+
+    def select_key(self, selector: Callable[[Any, Any], Any], *, name: Optional[str] = None) -> "Stream":
+        """Set each record's key to ``selector(key, value)``. Stateless, key-changing."""
+        node = self._named(name, "select_key")
+        check_callable(selector, "select_key function", ("key", "value"), node)
+        return self._then(ir.SelectKeyNode(node, (self._node,), selector=selector), keyless=False)
+
+    def peek(self, action: Callable[[Any, Any], None], *, name: Optional[str] = None) -> "Stream":
+        """Call ``action(key, value)`` for each record and pass it on unchanged. Stateless."""
+        node = self._named(name, "peek")
+        check_callable(action, "peek action", ("key", "value"), node)
+        return self._then(ir.PeekNode(node, (self._node,), action=action))
+
+    def foreach(self, action: Callable[[Any, Any], None], *, name: Optional[str] = None) -> None:
+        """Call ``action(key, value)`` for each record; terminal. Side effects are
+        at-least-once: after a crash, records since the last commit are seen again."""
+        node = self._named(name, "foreach")
+        check_callable(action, "foreach action", ("key", "value"), node)
+        self._draft.append(ir.PeekNode(node, (self._node,), action=action, terminal=True))
+
+    def split(self, *, name: Optional[str] = None) -> "BranchedStream":
+        """Route each record to the first branch whose predicate holds. Stateless.
+
+        >>> # branches = stream.split().branch(is_big, name="big").default_branch(name="rest")
+        >>> # branches["big"].to("big-orders")
+        """
+        return BranchedStream(self, self._named(name, "split"))
+
+    def merge(self, other: "Stream", *, name: Optional[str] = None) -> "Stream":
+        """Interleave this stream with ``other`` (no ordering guarantee across them). Stateless."""
+        if not isinstance(other, Stream) or other._draft is not self._draft:
+            raise TopologyError(f"merge() takes a stream of the same topology, got {other!r}")
+        node = self._named(name, "merge")
+        return self._then(ir.MergeNode(node, (self._node, other._node)),
+                          keyless=self._keyless and other._keyless)
+
+    def repartition(self, *, partitions: Optional[int] = None, name: Optional[str] = None,
+                    key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None) -> "Stream":
+        """Send records through an internal topic ``<app-id>-<name>``, partitioned by key
+        (``partitions`` defaults to the upstream task count)."""
+        node = self._named(name, "repartition")
+        check_serde(key_serde, "key_serde")
+        check_serde(value_serde, "value_serde")
+        if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
+            raise TopologyError(f"{node}: partitions must be a positive int, got {partitions!r}")
+        from ..serdes import Json
+        return self._then(ir.RepartitionNode(node, (self._node,), topic_suffix=node, partitions=partitions,
+                                             key_serde=key_serde or Json(), value_serde=value_serde or Json()))
+
+    def process(self, processor: ProcessorDefinition, *, name: Optional[str] = None) -> "Stream":
+        """Run a Processor-API function (see ``@app.processor``); the returned stream
+        holds what it forwards. Stateful if the processor declared stores."""
+        if not isinstance(processor, ProcessorDefinition):
+            raise TopologyError(
+                f"process() takes a function decorated with @app.processor(...), got {processor!r}")
+        node = self._named(name, processor.display_name)
+        for spec in processor.stores:
+            self._draft.add_store(spec, node)
+        return self._then(ir.ProcessNode(node, (self._node,), processor=processor,
+                                         store_names=processor.store_names))
+
+    def to(self, topic: Union[str, TopicSpec], *, key_serde: Optional[Serde] = None,
+           value_serde: Optional[Serde] = None, name: Optional[str] = None) -> None:
+        """Write every record to ``topic``; terminal. Serdes: those given here, else the
+        topic's declared ones, else the app's defaults. Keys are placed with Kafka's
+        default partitioner; records without a key stay on the task's partition."""
+        check_serde(key_serde, "key_serde")
+        check_serde(value_serde, "value_serde")
+        spec = self._draft.resolve_topic(topic, key_serde, value_serde)
+        node = self._draft.name_for(name, self._node, f"to-{spec.name}")
+        self._draft.append(ir.SinkNode(node, (self._node,), topic=spec.name, key_serde=spec.key_serde,
+                                       value_serde=spec.value_serde))
+
+    def group_by_key(self, *, key_serde: Optional[Serde] = None,
+                     value_serde: Optional[Serde] = None) -> "GroupedStream":
+        """Group records by their current key, for count/reduce/aggregate. Repartitions
+        first only if an upstream operation changed the key."""
+        from .grouped import GroupedStream
+
+        if self._keyless:
+            raise TopologyError(
+                f"group_by_key() after '{self._node}': this stream has no key (its topic's key serde "
+                "is Void), so a stateful operation cannot group it; use group_by(lambda key, value: ...) "
+                "or select_key(...) first")
+        check_serde(key_serde, "key_serde")
+        check_serde(value_serde, "value_serde")
+        return GroupedStream(self._draft, self._node, key_serde, value_serde)
+
+    def group_by(self, selector: Callable[[Any, Any], Any], *, key_serde: Optional[Serde] = None,
+                 value_serde: Optional[Serde] = None, name: Optional[str] = None) -> "GroupedStream":
+        """Group records by ``selector(key, value)``. Key-changing: the aggregation that
+        follows reads them through a repartition topic."""
+        keyed = self.select_key(selector, name=name or self._draft.name_for(None, self._node, "group_by"))
+        return keyed.group_by_key(key_serde=key_serde, value_serde=value_serde)
+
+    def __repr__(self) -> str:
+        return f"<Stream {self._node!r}>"
+
+
+class BranchedStream:
+    """Collects the branches of ``Stream.split()``; finish with ``default_branch`` or
+    ``no_default_branch`` to get ``{branch name: Stream}``."""
+
+    def __init__(self, parent: Stream, name: str) -> None:
+        self._parent = parent
+        self._name = name
+        self._branches: List[Tuple[str, Optional[Callable[[Any, Any], bool]]]] = []
+        self._done = False
+
+    def branch(self, predicate: Callable[[Any, Any], bool], *, name: Optional[str] = None) -> "BranchedStream":
+        """Add a branch for records matching ``predicate(key, value)`` (and no earlier branch).
+        ``name`` is the key in the returned dict (default: "1", "2", … by position)."""
+        self._check_open()
+        branch = name or str(len(self._branches) + 1)
+        check_callable(predicate, f"branch '{branch}' predicate", ("key", "value"), self._name)
+        self._add(branch, predicate)
+        return self
+
+    def default_branch(self, *, name: str = "default") -> Dict[str, Stream]:
+        """Add a branch for records no predicate matched, and return every branch."""
+        self._check_open()
+        self._add(name, None)
+        return self._finish()
+
+    def no_default_branch(self) -> Dict[str, Stream]:
+        """Return every branch; records no predicate matched are dropped."""
+        self._check_open()
+        return self._finish()
+
+    def _add(self, branch: str, predicate: Optional[Callable[[Any, Any], bool]]) -> None:
+        if any(existing == branch for existing, _ in self._branches):
+            raise TopologyError(f"{self._name}: branch name '{branch}' is used twice")
+        self._branches.append((branch, predicate))
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise TopologyError(f"{self._name}: this split is finished; call split() again for more branches")
+
+    def _finish(self) -> Dict[str, Stream]:
+        if not self._branches:
+            raise TopologyError(f"{self._name}: split() needs at least one branch")
+        self._done = True
+        parent = self._parent
+        draft = parent._draft
+        draft.append(ir.SplitNode(self._name, (parent.name,), branches=tuple(self._branches)))
+        out: Dict[str, Stream] = {}
+        for index, (branch, _) in enumerate(self._branches):
+            node = draft.append(ir.BranchNode(f"{self._name}-{branch}", (self._name,), index=index))
+            out[branch] = Stream(draft, node.name, keyless=parent._keyless)
+        return out

@@ -1,0 +1,49 @@
+"""Exceptions raised by streamkit. Every message says what went wrong and where."""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class StreamkitError(Exception):
+    """Base class of every streamkit error."""
+
+
+class ConfigError(StreamkitError):
+    """A setting is missing, malformed or contradicts another."""
+
+
+class TopologyError(StreamkitError):
+    """The topology cannot be built as written; the message says what to change."""
+
+
+class SerializationError(StreamkitError):
+    """A key or value could not be serialized or deserialized."""
+
+
+class UserFunctionError(StreamkitError):
+    """A user function passed to the DSL raised; carries the node that called it."""
+
+    def __init__(self, node: str, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__} in node '{node}': {cause}")
+        self.node = node
+        self.cause = cause
+
+
+class RecordError(StreamkitError):
+    """A record could not be processed; names the record's origin and the cause.
+
+    Raised by the ``fail`` error handler: the worker stops and its committed offset
+    stays before this record.
+    """
+
+    def __init__(self, stage: str, topic: str, partition: int, offset: int,
+                 cause: BaseException, node: Optional[str] = None) -> None:
+        where = f"topic '{topic}', partition {partition}, offset {offset}"
+        at_node = f" in node '{node}'" if node else ""
+        super().__init__(f"{stage} failed at {where}{at_node}: {type(cause).__name__}: {cause}")
+        self.stage = stage
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.node = node
+        self.cause = cause

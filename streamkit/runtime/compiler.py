@@ -1,0 +1,416 @@
+"""Compiles a sub-topology into plain callables, once per task.
+
+Each node kind has one function ``compile_<kind>(node, downstream, env)`` that
+returns ``fn(key, value, timestamp)``. The chain is composed leaves first, so
+processing a record is a sequence of direct calls with no per-record dispatch
+on node types. User functions are wrapped only to name the node in errors.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping
+
+from ..errors import SerializationError, StreamkitError, UserFunctionError
+from ..topology import Topology
+from ..topology import nodes as ir
+from ..topology.model import SubTopology
+from ..transport.partitioner import partition_for_key
+from .context import Downstream, NodeProcessorContext, TaskContext
+
+Compiler = Callable[[Any, Downstream, "CompileEnv"], Downstream]
+
+
+class CompileEnv:
+    """What a node compiler may use: the task context and its children by name."""
+
+    def __init__(self, task: TaskContext, children: Mapping[str, Downstream]) -> None:
+        self.task = task
+        self.children = children
+
+
+def _noop(key: Any, value: Any, timestamp: int) -> None:
+    return None
+
+
+def fan_out(targets: List[Downstream]) -> Downstream:
+    """One callable that calls every target in order (values are shared, not copied)."""
+    if not targets:
+        return _noop
+    if len(targets) == 1:
+        return targets[0]
+
+    def fan(key: Any, value: Any, timestamp: int) -> None:
+        for target in targets:
+            target(key, value, timestamp)
+    return fan
+
+
+def compile_sub_topology(topology: Topology, sub: SubTopology, task: TaskContext) -> Dict[str, Downstream]:
+    """Compile every node of ``sub``; return the entry callable of each source node by name."""
+    compiled: Dict[str, Downstream] = {}
+    for name in reversed(sub.node_names):
+        node = topology.nodes[name]
+        children = {child: compiled[child] for child in topology.children[name]}
+        downstream = fan_out(list(children.values()))
+        compiled[name] = COMPILERS[type(node)](node, downstream, CompileEnv(task, children))
+    return {name: compiled[name] for name in sub.node_names
+            if isinstance(topology.nodes[name], ir.SourceNode)}
+
+
+def _user_error(node: str, exc: Exception) -> UserFunctionError:
+    return UserFunctionError(node, exc)
+
+
+def compile_source(node: ir.SourceNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    return downstream  # deserialization and timestamps are handled by the task's source loop
+
+
+def compile_filter(node: ir.FilterNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    predicate, name, negate = node.predicate, node.name, node.negate
+
+    def filter_(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            keep = predicate(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        if keep if not negate else not keep:
+            downstream(key, value, timestamp)
+    return filter_
+
+
+def compile_map(node: ir.MapNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    mapper, name = node.mapper, node.name
+
+    def map_(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            new_key, new_value = mapper(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        downstream(new_key, new_value, timestamp)
+    return map_
+
+
+def compile_map_values(node: ir.MapValuesNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    mapper, name = node.mapper, node.name
+
+    def map_values(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            new_value = mapper(value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        downstream(key, new_value, timestamp)
+    return map_values
+
+
+def compile_flat_map(node: ir.FlatMapNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    mapper, name = node.mapper, node.name
+
+    def flat_map(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            pairs = list(mapper(key, value) or ())
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        for pair in pairs:
+            try:
+                new_key, new_value = pair
+            except (TypeError, ValueError) as exc:
+                raise _user_error(name, TypeError(
+                    f"flat_map must yield (key, value) pairs, got {pair!r}")) from exc
+            downstream(new_key, new_value, timestamp)
+    return flat_map
+
+
+def compile_flat_map_values(node: ir.FlatMapValuesNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    mapper, name = node.mapper, node.name
+
+    def flat_map_values(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            values = list(mapper(value) or ())
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        for new_value in values:
+            downstream(key, new_value, timestamp)
+    return flat_map_values
+
+
+def compile_select_key(node: ir.SelectKeyNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    selector, name = node.selector, node.name
+
+    def select_key(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            new_key = selector(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        downstream(new_key, value, timestamp)
+    return select_key
+
+
+def compile_peek(node: ir.PeekNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    action, name = node.action, node.name
+
+    def peek(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            action(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        downstream(key, value, timestamp)
+    return peek
+
+
+def compile_split(node: ir.SplitNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    name = node.name
+    routes = []
+    for index, (branch, predicate) in enumerate(node.branches):
+        target = env.children.get(f"{name}-{branch}", _noop)
+        routes.append((predicate, target))
+
+    def split(key: Any, value: Any, timestamp: int) -> None:
+        for predicate, target in routes:
+            try:
+                matched = predicate is None or predicate(key, value)
+            except Exception as exc:
+                raise _user_error(name, exc) from exc
+            if matched:
+                target(key, value, timestamp)
+                return
+    return split
+
+
+def compile_passthrough(node: ir.Node, downstream: Downstream, env: CompileEnv) -> Downstream:
+    return downstream
+
+
+def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    task = env.task
+    topic = node.topic
+    partitions = task.partitions[topic]
+    buffers = task.collector.buffers_for(topic, partitions)
+    key_serialize = node.key_serde.serialize
+    value_serialize = node.value_serde.serialize
+    own_partition = task.partition % partitions
+    name = node.name
+
+    def sink(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            key_bytes = key_serialize(key)
+            value_bytes = value_serialize(value)
+        except Exception as exc:
+            raise _user_error(name, SerializationError(f"writing to topic '{topic}': {exc}")) from exc
+        partition = own_partition if key_bytes is None else partition_for_key(key_bytes, partitions)
+        record = task.record
+        buffers[partition].append((key_bytes, value_bytes, timestamp, None if record is None else record[4]))
+    return sink
+
+
+def compile_process(node: ir.ProcessNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    definition = node.processor
+    fn, name = definition.fn, node.name
+
+    def punctuation_failed(exc: BaseException) -> None:
+        raise _user_error(name, exc) from exc  # type: ignore[arg-type]
+
+    ctx = NodeProcessorContext(env.task, name, node.store_names, dict(env.children), downstream,
+                               punctuation_failed)
+    if definition.init is not None:
+        try:
+            definition.init(ctx)
+        except Exception as exc:
+            raise StreamkitError(f"init of processor '{name}' failed: {type(exc).__name__}: {exc}") from exc
+
+    def process(key: Any, value: Any, timestamp: int) -> None:
+        ctx._timestamp = timestamp
+        try:
+            fn(ctx, key, value)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+    return process
+
+
+def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    task = env.task
+    store = task.stores[node.store]
+    get, put = store.get, store.put
+    metrics = task.metrics
+    name = node.name
+    operation = node.operation
+    initializer, aggregator = node.initializer, node.aggregator
+
+    def count(key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            metrics.null_key_records_dropped += 1
+            return
+        old = get(key)
+        new = 1 if old is None else old + 1
+        put(key, new)
+        downstream(key, ir.Change(new, old), timestamp)
+
+    def reduce(key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            metrics.null_key_records_dropped += 1
+            return
+        if value is None:
+            return  # Kafka Streams ignores null values in reduce/aggregate
+        old = get(key)
+        if old is None:
+            new = value
+        else:
+            try:
+                new = aggregator(old, value)
+            except Exception as exc:
+                raise _user_error(name, exc) from exc
+        put(key, new)
+        downstream(key, ir.Change(new, old), timestamp)
+
+    def aggregate(key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            metrics.null_key_records_dropped += 1
+            return
+        if value is None:
+            return
+        old = get(key)
+        try:
+            new = aggregator(key, value, initializer() if old is None else old)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        put(key, new)
+        downstream(key, ir.Change(new, old), timestamp)
+
+    return {"count": count, "reduce": reduce, "aggregate": aggregate}[operation]
+
+
+def compile_table_source(node: ir.TableSourceNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    store = env.task.stores[node.store]
+    get, put = store.get, store.put
+    metrics = env.task.metrics
+
+    def table_source(key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            metrics.null_key_records_dropped += 1
+            return
+        old = get(key)
+        if old is None and value is None:
+            return
+        put(key, value)
+        downstream(key, ir.Change(value, old), timestamp)
+    return table_source
+
+
+def compile_table_filter(node: ir.TableFilterNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    predicate, name, negate = node.predicate, node.name, node.negate
+
+    def keep(key: Any, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            matched = predicate(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        return value if (not matched if negate else matched) else None
+
+    def table_filter(key: Any, change: ir.Change, timestamp: int) -> None:
+        new, old = keep(key, change.new), keep(key, change.old)
+        if new is None and old is None:
+            return
+        downstream(key, ir.Change(new, old), timestamp)
+    return table_filter
+
+
+def compile_table_map_values(node: ir.TableMapValuesNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    mapper, name = node.mapper, node.name
+
+    def apply(value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return mapper(value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+
+    def table_map_values(key: Any, change: ir.Change, timestamp: int) -> None:
+        downstream(key, ir.Change(apply(change.new), apply(change.old)), timestamp)
+    return table_map_values
+
+
+def compile_to_stream(node: ir.ToStreamNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    def to_stream(key: Any, change: ir.Change, timestamp: int) -> None:
+        downstream(key, change.new, timestamp)
+    return to_stream
+
+
+def compile_table_group_by(node: ir.TableGroupByNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    selector, name = node.selector, node.name
+
+    def select(key: Any, value: Any) -> Any:
+        try:
+            new_key, new_value = selector(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        return new_key, new_value
+
+    def table_group_by(key: Any, change: ir.Change, timestamp: int) -> None:
+        # Retract first, so a row staying in its group never counts twice.
+        if change.old is not None:
+            old_key, old_value = select(key, change.old)
+            downstream(old_key, ir.Change(None, old_value), timestamp)
+        if change.new is not None:
+            new_key, new_value = select(key, change.new)
+            downstream(new_key, ir.Change(new_value, None), timestamp)
+    return table_group_by
+
+
+def compile_table_aggregate(node: ir.TableAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    task = env.task
+    store = task.stores[node.store]
+    get, put = store.get, store.put
+    metrics = task.metrics
+    name, operation = node.name, node.operation
+    initializer, adder, subtractor = node.initializer, node.adder, node.subtractor
+
+    def combine(key: Any, agg: Any, value: Any, adding: bool) -> Any:
+        if operation == "count":
+            return (0 if agg is None else agg) + (1 if adding else -1)
+        try:
+            if operation == "reduce":
+                if agg is None:
+                    return value if adding else None
+                return adder(agg, value) if adding else subtractor(agg, value)
+            base = initializer() if agg is None else agg
+            return adder(key, value, base) if adding else subtractor(key, value, base)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+
+    def table_aggregate(key: Any, change: ir.Change, timestamp: int) -> None:
+        if key is None:
+            metrics.null_key_records_dropped += 1
+            return
+        old = get(key)
+        adding = change.new is not None
+        new = combine(key, old, change.new if adding else change.old, adding)
+        put(key, new)
+        downstream(key, ir.Change(new, old), timestamp)
+    return table_aggregate
+
+
+COMPILERS: Dict[type, Compiler] = {
+    ir.SourceNode: compile_source,
+    ir.SinkNode: compile_sink,
+    ir.FilterNode: compile_filter,
+    ir.MapNode: compile_map,
+    ir.MapValuesNode: compile_map_values,
+    ir.FlatMapNode: compile_flat_map,
+    ir.FlatMapValuesNode: compile_flat_map_values,
+    ir.SelectKeyNode: compile_select_key,
+    ir.PeekNode: compile_peek,
+    ir.SplitNode: compile_split,
+    ir.BranchNode: compile_passthrough,
+    ir.MergeNode: compile_passthrough,
+    ir.ProcessNode: compile_process,
+    ir.AggregateNode: compile_aggregate,
+    ir.TableSourceNode: compile_table_source,
+    ir.TableFilterNode: compile_table_filter,
+    ir.TableMapValuesNode: compile_table_map_values,
+    ir.ToStreamNode: compile_to_stream,
+    ir.TableGroupByNode: compile_table_group_by,
+    ir.TableAggregateNode: compile_table_aggregate,
+}

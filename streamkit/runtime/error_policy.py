@@ -1,0 +1,75 @@
+"""What happens to a record that fails to deserialize or to process.
+
+- ``fail`` (default): raise :class:`RecordError`; the worker stops and commits
+  nothing past the record.
+- ``log_and_skip``: log a warning, count it, go on.
+- ``dead_letter``: write the raw record to ``<app-id>-dlq`` with headers naming
+  its origin and the error, count it, go on.
+"""
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Optional
+
+from ..errors import ConfigError, RecordError, UserFunctionError
+from ..transport.base import RawRecord
+from .collector import RecordCollector
+from .metrics import TaskMetrics
+
+log = logging.getLogger("streamkit.errors")
+
+HANDLERS = ("fail", "log_and_skip", "dead_letter")
+
+DLQ_HEADERS = ("streamkit.error.stage", "streamkit.error.topic", "streamkit.error.partition",
+               "streamkit.error.offset", "streamkit.error.node", "streamkit.error.class",
+               "streamkit.error.message")
+
+
+def check_handler(name: str, setting: str) -> str:
+    if name not in HANDLERS:
+        raise ConfigError(f"{setting}={name!r} is not a handler: use one of {', '.join(HANDLERS)}")
+    return name
+
+
+class ErrorPolicy:
+    """Applies the configured handlers for one task."""
+
+    def __init__(self, *, deserialization: str, processing: str, dlq_topic: str, dlq_partitions: int,
+                 collector: RecordCollector, metrics: TaskMetrics) -> None:
+        self.deserialization = check_handler(deserialization, "deserialization_error_handler")
+        self.processing = check_handler(processing, "processing_error_handler")
+        self.dlq_topic = dlq_topic
+        self.dlq_partitions = dlq_partitions
+        self._collector = collector
+        self._metrics = metrics
+
+    def deserialization_failed(self, topic: str, partition: int, record: RawRecord, exc: BaseException) -> None:
+        self._handle(self.deserialization, "deserialization", topic, partition, record, exc, None)
+
+    def processing_failed(self, topic: str, partition: int, record: Optional[RawRecord],
+                          exc: BaseException) -> None:
+        node = exc.node if isinstance(exc, UserFunctionError) else None
+        cause = exc.cause if isinstance(exc, UserFunctionError) else exc
+        if record is None:  # inside a punctuation: there is no record to skip
+            raise exc
+        self._handle(self.processing, "processing", topic, partition, record, cause, node)
+
+    def _handle(self, handler: str, stage: str, topic: str, partition: int, record: RawRecord,
+                cause: BaseException, node: Optional[str]) -> None:
+        error = RecordError(stage, topic, partition, record[0], cause, node)
+        if handler == "fail":
+            raise error from cause
+        if handler == "log_and_skip":
+            self._metrics.records_skipped += 1
+            log.warning("skipped record: %s", error)
+            return
+        headers = tuple(record[4] or ()) + tuple(zip(DLQ_HEADERS, (
+            stage.encode(), topic.encode(), str(partition).encode(), str(record[0]).encode(),
+            (node or "").encode(), type(cause).__name__.encode(), str(cause).encode(errors="replace"))))
+        trace = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__, limit=5))
+        headers += (("streamkit.error.trace", trace.encode(errors="replace")),)
+        self._collector.send(self.dlq_topic, partition % self.dlq_partitions, record[2], record[3],
+                             record[1], headers)
+        self._metrics.records_dead_lettered += 1
+        log.warning("dead-lettered record to %s: %s", self.dlq_topic, error)

@@ -1,0 +1,22 @@
+"""Per-task counters, read by the worker's log lines and the test driver."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass
+class TaskMetrics:
+    records_processed: int = 0
+    records_skipped: int = 0
+    """Records dropped by the log_and_skip handler."""
+    records_dead_lettered: int = 0
+    null_key_records_dropped: int = 0
+    """Records with a ``None`` key dropped before a key-based aggregation."""
+    punctuations: int = 0
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def add(self, other: "TaskMetrics") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))

@@ -1,0 +1,151 @@
+"""A task: one partition of one sub-topology, with its stores, stream time and timers."""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+
+from ..errors import UserFunctionError
+from ..processor import Punctuation
+from ..stores import KeyValueStore
+from ..topology import Topology
+from ..topology.model import SubTopology
+from ..topology.nodes import SourceNode
+from ..transport.base import RawRecord, TopicPartition
+from .collector import RecordCollector
+from .compiler import compile_sub_topology
+from .context import TaskContext
+from .error_policy import ErrorPolicy
+from .metrics import TaskMetrics
+
+log = logging.getLogger(__name__)
+
+SourceLoop = Callable[[Sequence[RawRecord]], None]
+
+
+def task_id(sub_topology: int, partition: int) -> str:
+    return f"{sub_topology}_{partition}"
+
+
+class Task:
+    """Processes batches of raw records of its input partitions.
+
+    For each record: deserialize key and value, extract the timestamp, advance
+    stream time, run the compiled chain, fire due stream-time punctuations.
+    Failures go to the :class:`ErrorPolicy`. ``positions`` holds, per input
+    partition, the next offset to commit.
+    """
+
+    def __init__(self, topology: Topology, sub: SubTopology, partition: int, *,
+                 stores: Mapping[str, KeyValueStore], collector: RecordCollector,
+                 partitions: Mapping[str, int], wall_clock: Callable[[], int],
+                 deserialization_error_handler: str = "fail", processing_error_handler: str = "fail") -> None:
+        self.id = task_id(sub.id, partition)
+        self.sub_topology = sub
+        self.partition = partition
+        self.metrics = TaskMetrics()
+        self.stores = dict(stores)
+        self.context = TaskContext(app_id=topology.app_id, task_id=self.id, partition=partition,
+                                   stores=self.stores, collector=collector, partitions=partitions,
+                                   wall_clock=wall_clock, metrics=self.metrics)
+        dlq = f"{topology.app_id}-dlq"
+        self.errors = ErrorPolicy(deserialization=deserialization_error_handler,
+                                  processing=processing_error_handler, dlq_topic=dlq,
+                                  dlq_partitions=partitions.get(dlq, 1), collector=collector,
+                                  metrics=self.metrics)
+        self.positions: Dict[TopicPartition, int] = {}
+        entries = compile_sub_topology(topology, sub, self.context)
+        self._loops: Dict[str, SourceLoop] = {}
+        for topic, node in topology.source_nodes(sub).items():
+            if partition < partitions[topic]:
+                self._loops[topic] = self._source_loop(node, entries[node.name])
+
+    @property
+    def input_partitions(self) -> list:
+        return [TopicPartition(topic, self.partition) for topic in self._loops]
+
+    @property
+    def stream_time(self) -> int:
+        return self.context.stream_time
+
+    def process(self, topic: str, records: Sequence[RawRecord]) -> None:
+        """Process a batch of records of ``topic`` (this task's partition), in offset order."""
+        if records:
+            self._loops[topic](records)
+            self.positions[TopicPartition(topic, self.partition)] = records[-1][0] + 1
+
+    def punctuate_wall_clock(self) -> int:
+        """Fire due wall-clock punctuations; return how many ran."""
+        if not self.context.punctuations.schedules:
+            return 0
+        return self.context.punctuations.fire(Punctuation.WALL_CLOCK, self.context.wall_clock())
+
+    def _source_loop(self, node: SourceNode, chain: Callable[[Any, Any, int], None]) -> SourceLoop:
+        ctx = self.context
+        errors = self.errors
+        metrics = self.metrics
+        topic, partition = node.topic, self.partition
+        key_deserialize = node.key_serde.deserialize
+        value_deserialize = node.value_serde.deserialize
+        extractor = _named_extractor(node)
+        punctuations = ctx.punctuations
+        fire = punctuations.fire
+        STREAM_TIME = Punctuation.STREAM_TIME
+
+        def run(records: Sequence[RawRecord]) -> None:
+            ctx.topic = topic
+            stream_time = ctx.stream_time
+            for record in records:
+                ctx.record = record
+                try:
+                    key = key_deserialize(record[2])
+                    value = value_deserialize(record[3])
+                except Exception as exc:
+                    errors.deserialization_failed(topic, partition, record, exc)
+                    continue
+                try:
+                    if extractor is None:
+                        timestamp = record[1]
+                    else:
+                        timestamp = extractor(key, value)
+                        if timestamp.__class__ is not int:
+                            timestamp = to_millis(timestamp, node.name)
+                    if timestamp > stream_time:
+                        stream_time = ctx.stream_time = timestamp
+                    chain(key, value, timestamp)
+                    if stream_time >= punctuations.next_stream_time:
+                        fire(STREAM_TIME, stream_time)
+                except Exception as exc:
+                    errors.processing_failed(topic, partition, record, exc)
+            metrics.records_processed += len(records)
+            ctx.record = None
+        return run
+
+
+def _named_extractor(node: SourceNode) -> Optional[Callable[[Any, Any], Any]]:
+    extractor = node.timestamp_extractor
+    if extractor is None:
+        return None
+    where = f"{node.name} (timestamp extractor)"
+
+    def extract(key: Any, value: Any) -> Any:
+        try:
+            return extractor(key, value)
+        except Exception as exc:
+            raise UserFunctionError(where, exc) from exc
+    return extract
+
+
+def to_millis(timestamp: Any, node: str) -> int:
+    """Coerce an extracted timestamp (ms number or datetime) to int ms; reject negatives."""
+    if isinstance(timestamp, datetime):
+        if timestamp.tzinfo is None:
+            raise UserFunctionError(node, ValueError(
+                f"timestamp extractor returned a naive datetime {timestamp!r}: give it a timezone"))
+        return int(timestamp.timestamp() * 1000)
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
+        raise UserFunctionError(node, TypeError(
+            f"timestamp extractor must return epoch milliseconds (int) or a datetime, got {timestamp!r}"))
+    if timestamp < 0:
+        raise UserFunctionError(node, ValueError(f"timestamp extractor returned a negative timestamp {timestamp}"))
+    return int(timestamp)

@@ -1,0 +1,210 @@
+"""Serializers/deserializers ("serdes") between Python objects and record bytes.
+
+A serde turns an object into ``bytes`` (or ``None``) and back. ``None`` always maps
+to ``None`` so tombstones (a record whose value is ``None``) and key-less records
+pass through every serde.
+
+>>> Json().serialize({"page": "home"})
+b'{"page":"home"}'
+>>> String().deserialize(b"home")
+'home'
+>>> Int().deserialize(Int().serialize(-7))
+-7
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Any, Generic, Optional, Type, TypeVar
+
+import orjson
+
+from .errors import SerializationError
+
+__all__ = ["Serde", "Json", "String", "Bytes", "Int", "Float", "Dataclass", "Void"]
+
+T = TypeVar("T")
+
+
+class Serde(Generic[T]):
+    """Base class: override ``serialize`` and ``deserialize``."""
+
+    def serialize(self, obj: Optional[T]) -> Optional[bytes]:
+        raise NotImplementedError
+
+    def deserialize(self, data: Optional[bytes]) -> Optional[T]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class Json(Serde[Any]):
+    """JSON through orjson. Dict keys must be strings; datetimes become ISO text."""
+
+    def serialize(self, obj: Any) -> Optional[bytes]:
+        if obj is None:
+            return None
+        try:
+            return orjson.dumps(obj)
+        except TypeError as exc:
+            raise SerializationError(f"Json serde cannot serialize {type(obj).__name__}: {exc}") from exc
+
+    def deserialize(self, data: Optional[bytes]) -> Any:
+        if data is None:
+            return None
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise SerializationError(f"Json serde: invalid JSON ({exc}): {_preview(data)}") from exc
+
+
+class String(Serde[str]):
+    """UTF-8 text. Serializing anything but ``str`` is an error, not a silent ``str()``."""
+
+    def serialize(self, obj: Optional[str]) -> Optional[bytes]:
+        if obj is None:
+            return None
+        if obj.__class__ is not str and not isinstance(obj, str):
+            raise SerializationError(
+                f"String serde expects str, got {type(obj).__name__} ({obj!r}); "
+                "convert it or pass key_serde=/value_serde=sk.serdes.Json()")
+        return obj.encode()
+
+    def deserialize(self, data: Optional[bytes]) -> Optional[str]:
+        if data is None:
+            return None
+        try:
+            return data.decode()
+        except UnicodeDecodeError as exc:
+            raise SerializationError(f"String serde: not UTF-8 ({exc}): {_preview(data)}") from exc
+
+
+class Bytes(Serde[bytes]):
+    """Raw bytes, unchanged."""
+
+    def serialize(self, obj: Optional[bytes]) -> Optional[bytes]:
+        if obj is None or obj.__class__ is bytes:
+            return obj
+        if isinstance(obj, (bytearray, memoryview)):
+            return bytes(obj)
+        raise SerializationError(f"Bytes serde expects bytes, got {type(obj).__name__}")
+
+    def deserialize(self, data: Optional[bytes]) -> Optional[bytes]:
+        return data
+
+
+class Int(Serde[int]):
+    """A signed 64-bit big-endian integer, as Kafka's LongSerializer writes it."""
+
+    _fmt = struct.Struct(">q")
+
+    def serialize(self, obj: Optional[int]) -> Optional[bytes]:
+        if obj is None:
+            return None
+        if not isinstance(obj, int) or isinstance(obj, bool):
+            raise SerializationError(f"Int serde expects int, got {type(obj).__name__} ({obj!r})")
+        return self._fmt.pack(obj)
+
+    def deserialize(self, data: Optional[bytes]) -> Optional[int]:
+        if data is None:
+            return None
+        if len(data) != 8:
+            raise SerializationError(f"Int serde expects 8 bytes, got {len(data)}: {_preview(data)}")
+        return self._fmt.unpack(data)[0]
+
+
+class Float(Serde[float]):
+    """An IEEE 754 double, big-endian, as Kafka's DoubleSerializer writes it."""
+
+    _fmt = struct.Struct(">d")
+
+    def serialize(self, obj: Optional[float]) -> Optional[bytes]:
+        if obj is None:
+            return None
+        if not isinstance(obj, (int, float)) or isinstance(obj, bool):
+            raise SerializationError(f"Float serde expects float, got {type(obj).__name__} ({obj!r})")
+        return self._fmt.pack(obj)
+
+    def deserialize(self, data: Optional[bytes]) -> Optional[float]:
+        if data is None:
+            return None
+        if len(data) != 8:
+            raise SerializationError(f"Float serde expects 8 bytes, got {len(data)}: {_preview(data)}")
+        return self._fmt.unpack(data)[0]
+
+
+class Dataclass(Serde[T]):
+    """JSON for instances of one dataclass type; fields are checked on the way in.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class View:
+    ...     page: str
+    ...     ts: int
+    >>> serde = Dataclass(View)
+    >>> serde.deserialize(serde.serialize(View("home", 5)))
+    View(page='home', ts=5)
+    """
+
+    def __init__(self, cls: Type[T]) -> None:
+        if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
+            raise TypeError(f"Dataclass serde needs a dataclass type, got {cls!r}")
+        self.cls = cls
+        self._fields = {f.name for f in dataclasses.fields(cls)}
+
+    def serialize(self, obj: Optional[T]) -> Optional[bytes]:
+        if obj is None:
+            return None
+        if not isinstance(obj, self.cls):
+            raise SerializationError(f"Dataclass serde for {self.cls.__name__} got {type(obj).__name__}")
+        return orjson.dumps(obj)
+
+    def deserialize(self, data: Optional[bytes]) -> Optional[T]:
+        if data is None:
+            return None
+        try:
+            fields = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise SerializationError(f"Dataclass serde for {self.cls.__name__}: invalid JSON ({exc})") from exc
+        if not isinstance(fields, dict):
+            raise SerializationError(f"Dataclass serde for {self.cls.__name__}: expected a JSON object")
+        unknown = fields.keys() - self._fields
+        if unknown:
+            raise SerializationError(
+                f"Dataclass serde for {self.cls.__name__}: unknown field(s) {sorted(unknown)}")
+        try:
+            return self.cls(**fields)
+        except TypeError as exc:
+            raise SerializationError(f"Dataclass serde for {self.cls.__name__}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"Dataclass({self.cls.__name__})"
+
+    def __hash__(self) -> int:
+        return hash((Dataclass, self.cls))
+
+
+class Void(Serde[None]):
+    """No data: records of a topic with a ``Void`` key serde have no key.
+
+    A stream whose key serde is ``Void`` is key-less: a stateful operation on it
+    fails at build time until ``group_by``/``select_key``/``map`` gives it a key.
+    """
+
+    def serialize(self, obj: Any) -> None:
+        return None
+
+    def deserialize(self, data: Optional[bytes]) -> None:
+        return None
+
+
+def _preview(data: bytes, limit: int = 60) -> str:
+    text = repr(bytes(data[:limit]))
+    return text + ("..." if len(data) > limit else "")

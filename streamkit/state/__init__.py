@@ -1,0 +1,1 @@
+"""State stores: byte stores (memory, RocksDB) wrapped by serde and logging layers."""

@@ -1,0 +1,58 @@
+"""The outermost store layer: serdes between objects and the byte stores below."""
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional, Tuple
+
+from ..serdes import Serde
+from ..stores import KeyValueStore
+from .bytes_store import BytesStore
+
+
+class SerializedKeyValueStore(KeyValueStore):
+    """A :class:`KeyValueStore` over a :class:`BytesStore`."""
+
+    def __init__(self, name: str, inner: BytesStore, key_serde: Serde, value_serde: Serde) -> None:
+        self.name = name
+        self.inner = inner
+        self._kser = key_serde.serialize
+        self._vser = value_serde.serialize
+        self._kdes = key_serde.deserialize
+        self._vdes = value_serde.deserialize
+
+    def get(self, key: Any) -> Any:
+        data = self.inner.get(self._kser(key))
+        return None if data is None else self._vdes(data)
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is None:
+            self.inner.delete(self._kser(key))
+        else:
+            self.inner.put(self._kser(key), self._vser(value))
+
+    def delete(self, key: Any) -> Any:
+        raw_key = self._kser(key)
+        old = self.inner.get(raw_key)
+        if old is None:
+            return None
+        self.inner.delete(raw_key)
+        return self._vdes(old)
+
+    def range(self, start: Any = None, end: Any = None) -> Iterator[Tuple[Any, Any]]:
+        lo: Optional[bytes] = None if start is None else self._kser(start)
+        hi: Optional[bytes] = None if end is None else self._kser(end)
+        kdes, vdes = self._kdes, self._vdes
+        for raw_key, raw_value in self.inner.range(lo, hi):
+            yield kdes(raw_key), vdes(raw_value)
+
+    def prefix_scan(self, prefix: bytes) -> Iterator[Tuple[Any, Any]]:
+        kdes, vdes = self._kdes, self._vdes
+        for raw_key, raw_value in self.inner.range(prefix, None):
+            if not raw_key.startswith(prefix):
+                break
+            yield kdes(raw_key), vdes(raw_value)
+
+    def approximate_num_entries(self) -> int:
+        return len(self.inner)
+
+    def __repr__(self) -> str:
+        return f"<KeyValueStore {self.name!r} entries={len(self.inner)}>"

@@ -1,0 +1,93 @@
+"""Public state-store declarations and the key-value store interface.
+
+Declare a store for a Processor-API function with :func:`key_value`; aggregations
+declare their own. At run time a task opens one store per (store, task).
+"""
+from __future__ import annotations
+
+import abc
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Tuple
+
+from .serdes import Serde
+
+__all__ = ["StoreSpec", "key_value", "KeyValueStore"]
+
+_STORE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """What a store is: its name, kind, serdes and whether it is changelogged.
+
+    ``key_serde``/``value_serde`` default to JSON (stores and their changelogs are
+    internal to the app).
+    """
+
+    name: str
+    kind: str = "key_value"
+    key_serde: Optional[Serde] = None
+    value_serde: Optional[Serde] = None
+    changelog: bool = True
+
+    def __post_init__(self) -> None:
+        if not _STORE_NAME.match(self.name):
+            raise ValueError(
+                f"store name {self.name!r} is invalid: use 1-200 of the characters [A-Za-z0-9._-] "
+                "(it becomes part of the changelog topic name)")
+
+
+def key_value(name: str, *, key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None,
+              changelog: bool = True) -> StoreSpec:
+    """Declare a key-value store named ``name``.
+
+    >>> key_value("totals").name
+    'totals'
+    """
+    return StoreSpec(name, "key_value", key_serde, value_serde, changelog)
+
+
+class KeyValueStore(abc.ABC):
+    """A task's key-value store, on deserialized keys and values.
+
+    Scans (``range``, ``prefix_scan``, ``all``) iterate in the order of the
+    serialized keys, as Kafka Streams' stores do.
+    """
+
+    name: str
+
+    @abc.abstractmethod
+    def get(self, key: Any) -> Any:
+        """The value of ``key``, or ``None``."""
+
+    @abc.abstractmethod
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value``; ``None`` deletes."""
+
+    @abc.abstractmethod
+    def delete(self, key: Any) -> Any:
+        """Remove ``key``; return its old value or ``None``."""
+
+    def put_if_absent(self, key: Any, value: Any) -> Any:
+        """Set ``key`` only when absent; return the existing value (``None`` if it was set)."""
+        old = self.get(key)
+        if old is None:
+            self.put(key, value)
+        return old
+
+    @abc.abstractmethod
+    def range(self, start: Any = None, end: Any = None) -> Iterator[Tuple[Any, Any]]:
+        """Entries with start <= key <= end in serialized-key order (None = open end)."""
+
+    @abc.abstractmethod
+    def prefix_scan(self, prefix: bytes) -> Iterator[Tuple[Any, Any]]:
+        """Entries whose serialized key starts with ``prefix``."""
+
+    def all(self) -> Iterator[Tuple[Any, Any]]:
+        """Every entry, in serialized-key order."""
+        return self.range()
+
+    @abc.abstractmethod
+    def approximate_num_entries(self) -> int:
+        """The number of entries (exact for the in-memory store)."""

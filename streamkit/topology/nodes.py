@@ -1,0 +1,257 @@
+"""The topology IR: immutable nodes that every backend walks.
+
+A node names its parents by name; the DSL only appends nodes, never runs them.
+Streams carry ``(key, value, timestamp)``; nodes marked ``emits_changes`` carry
+table updates as :class:`Change` values (new and old value of a key).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Optional, Tuple
+
+from ..serdes import Serde
+
+
+@dataclass(frozen=True)
+class Node:
+    """Base of every IR node."""
+
+    name: str
+    parents: Tuple[str, ...]
+
+    kind: ClassVar[str] = "node"
+    changes_key: ClassVar[bool] = False
+    """True when the node may give records a new key (a later stateful op repartitions)."""
+    stateful: ClassVar[bool] = False
+    """True when the node keeps per-key state and so needs co-located keys."""
+    emits_changes: ClassVar[bool] = False
+    """True when the node forwards table updates (Change values) rather than plain values."""
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class SourceNode(Node):
+    """Reads a topic (a user topic or an internal repartition topic)."""
+
+    topic: str = ""
+    key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    timestamp_extractor: Optional[Callable[[Any, Any], Any]] = None
+    internal: bool = False
+    carries_changes: bool = False
+    kind: ClassVar[str] = "source"
+
+
+@dataclass(frozen=True)
+class SinkNode(Node):
+    """Writes to a topic; terminal."""
+
+    topic: str = ""
+    key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    kind: ClassVar[str] = "sink"
+
+
+@dataclass(frozen=True)
+class RepartitionNode(Node):
+    """Routes records through ``<app-id>-<name>`` so each key lands on one task.
+
+    The sub-topology split turns it into a sink in the upstream sub-topology and a
+    source in the downstream one.
+    """
+
+    topic_suffix: str = ""
+    partitions: Optional[int] = None
+    key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    carries_changes: bool = False
+    kind: ClassVar[str] = "repartition"
+
+
+@dataclass(frozen=True)
+class FilterNode(Node):
+    predicate: Callable[[Any, Any], bool] = None  # type: ignore[assignment]
+    negate: bool = False
+    kind: ClassVar[str] = "filter"
+
+
+@dataclass(frozen=True)
+class MapNode(Node):
+    mapper: Callable[[Any, Any], Tuple[Any, Any]] = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "map"
+    changes_key: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class MapValuesNode(Node):
+    mapper: Callable[[Any], Any] = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "map_values"
+
+
+@dataclass(frozen=True)
+class FlatMapNode(Node):
+    mapper: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "flat_map"
+    changes_key: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class FlatMapValuesNode(Node):
+    mapper: Callable[[Any], Any] = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "flat_map_values"
+
+
+@dataclass(frozen=True)
+class SelectKeyNode(Node):
+    selector: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "select_key"
+    changes_key: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class PeekNode(Node):
+    """Calls ``action(key, value)`` and passes the record on (``foreach`` when terminal)."""
+
+    action: Callable[[Any, Any], None] = None  # type: ignore[assignment]
+    terminal: bool = False
+    kind: ClassVar[str] = "peek"
+
+
+@dataclass(frozen=True)
+class SplitNode(Node):
+    """Routes each record to the first branch whose predicate holds (None = default)."""
+
+    branches: Tuple[Tuple[str, Optional[Callable[[Any, Any], bool]]], ...] = ()
+    kind: ClassVar[str] = "split"
+
+
+@dataclass(frozen=True)
+class BranchNode(Node):
+    """The output of one branch of a :class:`SplitNode`."""
+
+    index: int = 0
+    kind: ClassVar[str] = "branch"
+
+
+@dataclass(frozen=True)
+class MergeNode(Node):
+    kind: ClassVar[str] = "merge"
+
+
+@dataclass(frozen=True)
+class ProcessNode(Node):
+    """A Processor-API function ``fn(ctx, key, value)`` with the stores it declared."""
+
+    processor: Any = None  # streamkit.processor.ProcessorDefinition
+    store_names: Tuple[str, ...] = ()
+    kind: ClassVar[str] = "process"
+    stateful: ClassVar[bool] = False  # Kafka Streams does not repartition before process()
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return self.store_names
+
+
+@dataclass(frozen=True)
+class AggregateNode(Node):
+    """count/reduce/aggregate of a grouped stream; emits every update as a Change.
+
+    ``key_serde``/``value_serde`` are the grouped stream's: they serialize the
+    repartition topic (if one is needed) and the store's keys.
+    """
+
+    store: str = ""
+    operation: str = "aggregate"  # "count" | "reduce" | "aggregate"
+    key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    initializer: Optional[Callable[[], Any]] = None
+    aggregator: Optional[Callable[..., Any]] = None
+    kind: ClassVar[str] = "aggregate"
+    stateful: ClassVar[bool] = True
+    emits_changes: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store,)
+
+
+@dataclass(frozen=True)
+class TableSourceNode(Node):
+    """Materializes a topic as a table; emits each update as a Change."""
+
+    store: str = ""
+    kind: ClassVar[str] = "table_source"
+    emits_changes: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store,)
+
+
+@dataclass(frozen=True)
+class TableFilterNode(Node):
+    predicate: Callable[[Any, Any], bool] = None  # type: ignore[assignment]
+    negate: bool = False
+    kind: ClassVar[str] = "table_filter"
+    emits_changes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class TableMapValuesNode(Node):
+    mapper: Callable[[Any], Any] = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "table_map_values"
+    emits_changes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class ToStreamNode(Node):
+    kind: ClassVar[str] = "to_stream"
+
+
+@dataclass(frozen=True)
+class TableGroupByNode(Node):
+    """Re-keys table updates: an update retracts the old row's group and adds the new one."""
+
+    selector: Callable[[Any, Any], Tuple[Any, Any]] = None  # type: ignore[assignment]
+    kind: ClassVar[str] = "table_group_by"
+    changes_key: ClassVar[bool] = True
+    emits_changes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class TableAggregateNode(Node):
+    """count/reduce/aggregate of a grouped table, with an adder and a subtractor."""
+
+    store: str = ""
+    operation: str = "aggregate"
+    key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    initializer: Optional[Callable[[], Any]] = None
+    adder: Optional[Callable[..., Any]] = None
+    subtractor: Optional[Callable[..., Any]] = None
+    kind: ClassVar[str] = "table_aggregate"
+    stateful: ClassVar[bool] = True
+    emits_changes: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store,)
+
+
+class Change:
+    """A table update: the key's ``new`` and ``old`` value (``None`` = absent)."""
+
+    __slots__ = ("new", "old")
+
+    def __init__(self, new: Any, old: Any) -> None:
+        self.new = new
+        self.old = old
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Change) and self.new == other.new and self.old == other.old
+
+    def __repr__(self) -> str:
+        return f"Change(new={self.new!r}, old={self.old!r})"

@@ -1,0 +1,195 @@
+"""Passes from the DSL's node list to a physical topology. Each is a plain function."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+from ..errors import TopologyError
+from ..serdes import Json
+from ..stores import StoreSpec
+from ..topics import TopicSpec
+from .change_serde import ChangeSerde
+from .model import SubTopology, Topology
+from .nodes import Node, RepartitionNode, SinkNode, SourceNode, TableAggregateNode
+
+
+def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, StoreSpec],
+                   topics: Mapping[str, TopicSpec]) -> Topology:
+    """Run every pass in order and return the immutable topology."""
+    if not nodes:
+        raise TopologyError(
+            f"app '{app_id}' has an empty topology: decorate a function with @app.topology "
+            "and read a topic in it with b.stream(...) or b.table(...)")
+    check_unique_sources(nodes)
+    logical = insert_repartitions(nodes)
+    physical, sub_topologies = split_sub_topologies(app_id, logical)
+    all_topics = dict(topics)
+    for node in physical:
+        if isinstance(node, SinkNode) and node.topic.startswith(f"{app_id}-") and node.topic not in all_topics:
+            rep = next(n for n in logical if n.name == node.name)
+            assert isinstance(rep, RepartitionNode)
+            all_topics[node.topic] = TopicSpec(node.topic, node.key_serde, node.value_serde,
+                                               partitions=rep.partitions, internal=True)
+    children: Dict[str, List[str]] = {n.name: [] for n in physical}
+    for node in physical:
+        for parent in node.parents:
+            children[parent].append(node.name)
+    return Topology(
+        app_id=app_id,
+        logical_nodes={n.name: n for n in logical},
+        nodes={n.name: n for n in physical},
+        children={k: tuple(v) for k, v in children.items()},
+        sub_topologies=sub_topologies,
+        stores=dict(stores),
+        topics=all_topics,
+    )
+
+
+def check_unique_sources(nodes: Sequence[Node]) -> None:
+    """A topic may be read by one source node only (reuse the stream object instead)."""
+    seen: Dict[str, str] = {}
+    for node in nodes:
+        if isinstance(node, SourceNode):
+            if node.topic in seen:
+                raise TopologyError(
+                    f"topic '{node.topic}' is read twice (nodes '{seen[node.topic]}' and '{node.name}'): "
+                    "call b.stream()/b.table() once per topic and reuse the returned object")
+            seen[node.topic] = node.name
+
+
+def insert_repartitions(nodes: Sequence[Node]) -> List[Node]:
+    """Put a repartition node before each stateful node whose input may have a new key.
+
+    A key is "changed" after map/flat_map/select_key/group_by and stays changed
+    through stateless nodes (and merges, if any input changed it) until a source,
+    a repartition or a stateful node.
+    """
+    key_changed: Dict[str, bool] = {}
+    out: List[Node] = []
+    for node in nodes:
+        if node.stateful and any(key_changed.get(p, False) for p in node.parents):
+            rep_name = f"{node.name}-repartition"
+            carries_changes = isinstance(node, TableAggregateNode)
+            key_serde = getattr(node, "key_serde", None) or Json()
+            value_serde = getattr(node, "value_serde", None) or Json()
+            rep = RepartitionNode(rep_name, node.parents, topic_suffix=rep_name, key_serde=key_serde,
+                                  value_serde=value_serde, carries_changes=carries_changes)
+            out.append(rep)
+            key_changed[rep_name] = False
+            node = dataclasses.replace(node, parents=(rep_name,))
+        if isinstance(node, (SourceNode, RepartitionNode)) or node.stateful:
+            key_changed[node.name] = False
+        elif node.changes_key:
+            key_changed[node.name] = True
+        else:
+            key_changed[node.name] = any(key_changed.get(p, False) for p in node.parents)
+        out.append(node)
+    return out
+
+
+def split_sub_topologies(app_id: str, nodes: Sequence[Node]) -> Tuple[List[Node], Tuple[SubTopology, ...]]:
+    """Cut the graph at repartition nodes and number the connected parts.
+
+    Each repartition node becomes a sink to ``<app-id>-<name>`` (same node name)
+    and a source ``<name>-source`` reading it. Sub-topologies are numbered in
+    the order their first node was defined; nodes sharing a store stay together.
+    """
+    physical: List[Node] = []
+    renamed: Dict[str, str] = {}
+    for node in nodes:
+        if isinstance(node, RepartitionNode):
+            topic = f"{app_id}-{node.topic_suffix}"
+            value_serde = ChangeSerde(node.value_serde) if node.carries_changes else node.value_serde
+            physical.append(SinkNode(node.name, node.parents, topic=topic, key_serde=node.key_serde,
+                                     value_serde=value_serde))
+            source_name = f"{node.name}-source"
+            physical.append(SourceNode(source_name, (), topic=topic, key_serde=node.key_serde,
+                                       value_serde=value_serde, internal=True,
+                                       carries_changes=node.carries_changes))
+            renamed[node.name] = source_name
+        elif any(p in renamed for p in node.parents):
+            physical.append(dataclasses.replace(node, parents=tuple(renamed.get(p, p) for p in node.parents)))
+        else:
+            physical.append(node)
+
+    parent_of: Dict[str, str] = {n.name: n.name for n in physical}
+
+    def find(name: str) -> str:
+        while parent_of[name] != name:
+            parent_of[name] = parent_of[parent_of[name]]
+            name = parent_of[name]
+        return name
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent_of[rb] = ra
+
+    store_owner: Dict[str, str] = {}
+    for node in physical:
+        for parent in node.parents:
+            union(node.name, parent)
+        for store in node.stores:
+            if store in store_owner:
+                union(node.name, store_owner[store])
+            else:
+                store_owner[store] = node.name
+
+    groups: Dict[str, List[Node]] = {}
+    for node in physical:
+        groups.setdefault(find(node.name), []).append(node)
+    subs = []
+    for index, members in enumerate(groups.values()):  # dict order = first definition order
+        subs.append(SubTopology(
+            id=index,
+            node_names=tuple(n.name for n in members),
+            source_topics=tuple(n.topic for n in members if isinstance(n, SourceNode)),
+            sink_topics=tuple(dict.fromkeys(n.topic for n in members if isinstance(n, SinkNode))),
+            store_names=tuple(dict.fromkeys(s for n in members for s in n.stores)),
+        ))
+    return physical, tuple(subs)
+
+
+def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[str, int]:
+    """The partition count of every topic the topology touches.
+
+    ``existing`` holds the counts of topics already on the broker. Sources must
+    exist or be declared with ``partitions=``; a repartition topic gets its
+    declared count or its upstream task count; an undeclared sink topic gets the
+    task count of the sub-topology writing it.
+    """
+    counts: Dict[str, int] = {}
+
+    def known(topic: str) -> int | None:
+        if topic in existing:
+            return existing[topic]
+        if topic in counts:
+            return counts[topic]
+        spec = topology.topics.get(topic)
+        return spec.partitions if spec is not None else None
+
+    for sub in topology.sub_topologies:
+        source_counts = []
+        for topic in sub.source_topics:
+            count = known(topic)
+            if count is None:
+                raise TopologyError(
+                    f"unknown topic '{topic}': it does not exist on the broker and has no partition count; "
+                    f"create it (streamkit topics create {topic} --partitions N) or declare it with "
+                    f"app.topic('{topic}', partitions=N)")
+            counts[topic] = count
+            source_counts.append(count)
+        tasks = max(source_counts)
+        for node in topology.sink_nodes(sub):
+            count = known(node.topic)
+            counts[node.topic] = count if count is not None else tasks
+    return counts
+
+
+def tasks_of(topology: Topology, partitions: Mapping[str, int]) -> List[Tuple[int, int]]:
+    """Every (sub-topology id, partition) task: one per partition of its widest source."""
+    out = []
+    for sub in topology.sub_topologies:
+        for partition in range(max(partitions[t] for t in sub.source_topics)):
+            out.append((sub.id, partition))
+    return out

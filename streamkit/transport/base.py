@@ -1,0 +1,167 @@
+"""The interface between the streaming runtime and a transport (embedded log, Kafka).
+
+The runtime never imports a concrete transport. It fetches raw records in
+batches, hands output records to a producer that buffers them, and commits input
+offsets through the transport. Records stay bytes here: serdes are applied by the
+runtime.
+
+A raw record is a plain tuple, for speed on the hot path::
+
+    (offset, timestamp_ms, key_bytes_or_None, value_bytes_or_None, headers_or_None)
+
+where headers is ``None`` or a tuple of ``(name: str, value: bytes)`` pairs.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple, Optional, Sequence, Tuple
+
+Headers = Optional[Tuple[Tuple[str, bytes], ...]]
+RawRecord = Tuple[int, int, Optional[bytes], Optional[bytes], Headers]
+"""(offset, timestamp_ms, key, value, headers)."""
+
+OutgoingRecord = Tuple[Optional[bytes], Optional[bytes], int, Headers]
+"""(key, value, timestamp_ms, headers): a record to append, before it has an offset."""
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    """A topic as the broker knows it."""
+
+    name: str
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """The first offset still stored and the offset the next append will get."""
+
+    start: int
+    end: int
+
+
+class FetchedBatch(NamedTuple):
+    """Records of one partition, in offset order."""
+
+    topic: str
+    partition: int
+    records: Sequence[RawRecord]
+
+
+class Admin(abc.ABC):
+    """Topic and consumer-group administration."""
+
+    @abc.abstractmethod
+    def create_topic(self, name: str, partitions: int, config: Optional[Mapping[str, str]] = None,
+                     *, exist_ok: bool = False) -> TopicMetadata: ...
+
+    @abc.abstractmethod
+    def delete_topic(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    def topic(self, name: str) -> Optional[TopicMetadata]: ...
+
+    @abc.abstractmethod
+    def list_topics(self) -> list[TopicMetadata]: ...
+
+    @abc.abstractmethod
+    def partition_offsets(self, topic: str, partition: int) -> PartitionOffsets: ...
+
+    @abc.abstractmethod
+    def list_groups(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def committed_offsets(self, group: str) -> dict[TopicPartition, int]: ...
+
+    @abc.abstractmethod
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None: ...
+
+    @abc.abstractmethod
+    def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Set these committed offsets, moving them backwards if need be."""
+
+
+class Consumer(abc.ABC):
+    """Reads assigned partitions in batches and commits a group's offsets."""
+
+    @abc.abstractmethod
+    def assign(self, partitions: Sequence[TopicPartition], positions: Mapping[TopicPartition, int]) -> None:
+        """Start reading ``partitions`` at ``positions`` (earliest where absent)."""
+
+    @abc.abstractmethod
+    def unassign(self, partitions: Sequence[TopicPartition]) -> None: ...
+
+    @abc.abstractmethod
+    async def fetch(self, max_wait: float) -> list[FetchedBatch]:
+        """Records available now, waiting up to ``max_wait`` seconds for some."""
+
+    @abc.abstractmethod
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Durably record the next offset to read per partition."""
+
+    @abc.abstractmethod
+    def committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+class Producer(abc.ABC):
+    """Appends output records."""
+
+    @abc.abstractmethod
+    async def send(self, batches: Sequence[Tuple[str, int, Sequence[OutgoingRecord]]]) -> None:
+        """Append each (topic, partition, records) batch."""
+
+    @abc.abstractmethod
+    async def flush(self) -> None:
+        """Wait until everything sent is durable/acknowledged."""
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+class Membership(abc.ABC):
+    """Which tasks this worker owns among the group's."""
+
+    @abc.abstractmethod
+    def acquire(self, task_ids: Sequence[str]) -> list[str]:
+        """Try to take tasks not owned by anyone; return those newly taken."""
+
+    @abc.abstractmethod
+    def release(self, task_id: str) -> None: ...
+
+    def owner_of(self, task_id: str) -> Optional[str]:
+        """A description of the worker holding ``task_id``, if known."""
+        return None
+
+
+class Transport(abc.ABC):
+    """A broker connection: admin, consumers, producers and group membership."""
+
+    url: str
+    admin: Admin
+
+    @property
+    def auto_creates_sources(self) -> bool:
+        """Whether missing source topics declared with partitions= may be created."""
+        return True
+
+    @abc.abstractmethod
+    def consumer(self, group: str) -> Consumer: ...
+
+    @abc.abstractmethod
+    def producer(self) -> Producer: ...
+
+    @abc.abstractmethod
+    def membership(self, group: str) -> Membership: ...
+
+    def close(self) -> None:
+        """Release resources."""
