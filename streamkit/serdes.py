@@ -110,7 +110,10 @@ class Int(Serde[int]):
             return None
         if not isinstance(obj, int) or isinstance(obj, bool):
             raise SerializationError(f"Int serde expects int, got {type(obj).__name__} ({obj!r})")
-        return self._fmt.pack(obj)
+        try:
+            return self._fmt.pack(obj)
+        except struct.error:
+            raise SerializationError(f"Int serde: {obj} does not fit in a signed 64-bit integer") from None
 
     def deserialize(self, data: Optional[bytes]) -> Optional[int]:
         if data is None:
@@ -130,7 +133,10 @@ class Float(Serde[float]):
             return None
         if not isinstance(obj, (int, float)) or isinstance(obj, bool):
             raise SerializationError(f"Float serde expects float, got {type(obj).__name__} ({obj!r})")
-        return self._fmt.pack(obj)
+        try:
+            return self._fmt.pack(obj)
+        except (struct.error, OverflowError):
+            raise SerializationError(f"Float serde: {obj} does not fit in a 64-bit double") from None
 
     def deserialize(self, data: Optional[bytes]) -> Optional[float]:
         if data is None:

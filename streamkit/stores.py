@@ -22,7 +22,8 @@ class StoreSpec:
     """What a store is: its name, kind, serdes and whether it is changelogged.
 
     ``key_serde``/``value_serde`` default to JSON (stores and their changelogs are
-    internal to the app).
+    internal to the app). ``timestamped`` stores keep each value's timestamp
+    (DSL aggregations and tables use them).
     """
 
     name: str
@@ -30,6 +31,7 @@ class StoreSpec:
     key_serde: Optional[Serde] = None
     value_serde: Optional[Serde] = None
     changelog: bool = True
+    timestamped: bool = False
 
     def __post_init__(self) -> None:
         if not _STORE_NAME.match(self.name):

@@ -92,15 +92,24 @@ class TopologyTestDriver:
 
     def _pipe(self, topic: str, key: Optional[bytes], value: Optional[bytes], timestamp: int,
               headers: Headers) -> None:
-        self._deliver(topic, [(key, value, timestamp, headers)])
-        # Records sent to topics the topology reads (repartition topics) are processed
-        # at once, until nothing is left: one record in, everything it causes out.
-        while True:
-            batches = self._collector.drain()
-            if not batches:
-                return
-            for out_topic, _partition, records in batches:
-                self._deliver(out_topic, records)
+        try:
+            self._deliver(topic, [(key, value, timestamp, headers)])
+        finally:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Deliver what the tasks sent, processing records sent to topics the topology reads
+        (repartition topics) at once, until nothing is left. On a failure, what was sent
+        before it is still delivered, so a test can see how far processing got."""
+        try:
+            while True:
+                batches = self._collector.drain()
+                if not batches:
+                    return
+                for out_topic, _partition, records in batches:
+                    self._deliver(out_topic, records)
+        finally:
+            self._collector.discard()
 
     def _deliver(self, topic: str, records: Sequence[Tuple[Optional[bytes], Optional[bytes], int, Headers]]) -> None:
         base = self._offsets.get(topic, 0)
@@ -144,14 +153,11 @@ class TopologyTestDriver:
         if delta < timedelta(0):
             raise ValueError("the wall clock cannot go backwards")
         self._wall_clock += int(delta.total_seconds() * 1000)
-        for task in self._tasks.values():
-            task.punctuate_wall_clock()
-        while True:
-            batches = self._collector.drain()
-            if not batches:
-                return
-            for topic, _partition, records in batches:
-                self._deliver(topic, records)
+        try:
+            for task in self._tasks.values():
+                task.punctuate_wall_clock()
+        finally:
+            self._drain()
 
     @property
     def wall_clock(self) -> int:

@@ -30,8 +30,8 @@ class StreamsBuilder:
         node = name or spec.name
         if timestamp is not None:
             check_callable(timestamp, "timestamp extractor", ("key", "value"), node)
-        self._draft.append(ir.SourceNode(node, (), topic=spec.name, key_serde=spec.key_serde,
-                                         value_serde=spec.value_serde, timestamp_extractor=timestamp))
+        self._draft.add_source(ir.SourceNode(node, (), topic=spec.name, key_serde=spec.key_serde,
+                                             value_serde=spec.value_serde, timestamp_extractor=timestamp))
         return Stream(self._draft, node, keyless=isinstance(spec.key_serde, Void))
 
     def table(self, topic: Union[str, TopicSpec], name: Optional[str] = None, *,
@@ -47,9 +47,9 @@ class StreamsBuilder:
         if timestamp is not None:
             check_callable(timestamp, "timestamp extractor", ("key", "value"), table_name)
         source = f"{spec.name}-source" if table_name == spec.name else spec.name
-        self._draft.append(ir.SourceNode(source, (), topic=spec.name, key_serde=spec.key_serde,
-                                         value_serde=spec.value_serde, timestamp_extractor=timestamp))
+        self._draft.add_source(ir.SourceNode(source, (), topic=spec.name, key_serde=spec.key_serde,
+                                             value_serde=spec.value_serde, timestamp_extractor=timestamp))
         self._draft.add_store(StoreSpec(table_name, "key_value", spec.key_serde or Json(),
-                                        spec.value_serde or Json()), table_name)
+                                        spec.value_serde or Json(), timestamped=True), table_name)
         self._draft.append(ir.TableSourceNode(table_name, (source,), store=table_name))
         return Table(self._draft, table_name)

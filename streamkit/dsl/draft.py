@@ -34,6 +34,15 @@ class TopologyDraft:
         self.nodes.append(node)
         return node
 
+    def add_source(self, node: Node) -> Node:
+        """Append a source node; a topic may be read once (reuse the stream object instead)."""
+        for existing in self.nodes:
+            if getattr(existing, "topic", None) == getattr(node, "topic") and existing.kind == "source":
+                raise TopologyError(
+                    f"topic '{node.topic}' is read twice (nodes '{existing.name}' and '{node.name}'): call "  # type: ignore[attr-defined]
+                    "b.stream()/b.table() once per topic and reuse the returned object")
+        return self.append(node)
+
     def name_for(self, explicit: Optional[str], parent: str, kind: str) -> str:
         """``explicit`` if given, else ``<parent>.<kind>`` (``-2``, ``-3`` … for siblings)."""
         if explicit is not None:

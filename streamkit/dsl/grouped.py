@@ -12,7 +12,8 @@ from .table import Table
 
 def _store(draft: TopologyDraft, name: str, key_serde: Optional[Serde], value_serde: Optional[Serde],
            owner: str) -> None:
-    draft.add_store(StoreSpec(name, "key_value", key_serde or Json(), value_serde or Json()), owner)
+    draft.add_store(StoreSpec(name, "key_value", key_serde or Json(), value_serde or Json(), timestamped=True),
+                    owner)
 
 
 class GroupedStream:

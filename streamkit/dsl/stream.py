@@ -126,7 +126,8 @@ class Stream:
         if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
             raise TopologyError(f"{node}: partitions must be a positive int, got {partitions!r}")
         from ..serdes import Json
-        return self._then(ir.RepartitionNode(node, (self._node,), topic_suffix=node, partitions=partitions,
+        suffix = node if node.endswith("repartition") else f"{node}-repartition"
+        return self._then(ir.RepartitionNode(node, (self._node,), topic_suffix=suffix, partitions=partitions,
                                              key_serde=key_serde or Json(), value_serde=value_serde or Json()))
 
     def process(self, processor: ProcessorDefinition, *, name: Optional[str] = None) -> "Stream":
@@ -139,7 +140,7 @@ class Stream:
         for spec in processor.stores:
             self._draft.add_store(spec, node)
         return self._then(ir.ProcessNode(node, (self._node,), processor=processor,
-                                         store_names=processor.store_names))
+                                         store_names=processor.store_names), keyless=False)
 
     def to(self, topic: Union[str, TopicSpec], *, key_serde: Optional[Serde] = None,
            value_serde: Optional[Serde] = None, name: Optional[str] = None) -> None:

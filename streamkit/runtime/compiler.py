@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping
 
-from ..errors import SerializationError, StreamkitError, UserFunctionError
+from ..errors import SerializationError, StreamkitError, TopologyError, UserFunctionError
 from ..topology import Topology
 from ..topology import nodes as ir
 from ..topology.model import SubTopology
@@ -220,7 +220,7 @@ def compile_process(node: ir.ProcessNode, downstream: Downstream, env: CompileEn
         ctx._timestamp = timestamp
         try:
             fn(ctx, key, value)
-        except UserFunctionError:
+        except (UserFunctionError, TopologyError):
             raise
         except Exception as exc:
             raise _user_error(name, exc) from exc
@@ -228,60 +228,50 @@ def compile_process(node: ir.ProcessNode, downstream: Downstream, env: CompileEn
 
 
 def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    """count/reduce/aggregate. A result's timestamp is the largest of its inputs' (so a
+    late record never moves it back); records with a None key or value are skipped."""
     task = env.task
     store = task.stores[node.store]
-    get, put = store.get, store.put
+    get, put = store.get_with_timestamp, store.put_with_timestamp
     metrics = task.metrics
     name = node.name
-    operation = node.operation
     initializer, aggregator = node.initializer, node.aggregator
 
-    def count(key: Any, value: Any, timestamp: int) -> None:
-        if key is None:
-            metrics.null_key_records_dropped += 1
-            return
-        old = get(key)
-        new = 1 if old is None else old + 1
-        put(key, new)
-        downstream(key, ir.Change(new, old), timestamp)
-
-    def reduce(key: Any, value: Any, timestamp: int) -> None:
-        if key is None:
-            metrics.null_key_records_dropped += 1
-            return
-        if value is None:
-            return  # Kafka Streams ignores null values in reduce/aggregate
-        old = get(key)
-        if old is None:
-            new = value
-        else:
-            try:
-                new = aggregator(old, value)
-            except Exception as exc:
-                raise _user_error(name, exc) from exc
-        put(key, new)
-        downstream(key, ir.Change(new, old), timestamp)
+    if node.operation == "count":
+        def step(key: Any, value: Any, old: Any) -> Any:
+            return 1 if old is None else old + 1
+    elif node.operation == "reduce":
+        def step(key: Any, value: Any, old: Any) -> Any:
+            return value if old is None else aggregator(old, value)
+    else:
+        def step(key: Any, value: Any, old: Any) -> Any:
+            return aggregator(key, value, initializer() if old is None else old)
 
     def aggregate(key: Any, value: Any, timestamp: int) -> None:
         if key is None:
             metrics.null_key_records_dropped += 1
             return
         if value is None:
-            return
-        old = get(key)
+            return  # Kafka Streams' count, reduce and aggregate ignore null values
+        prior = get(key)
+        if prior is None:
+            old = None
+        else:
+            old, old_timestamp = prior
+            if old_timestamp > timestamp:
+                timestamp = old_timestamp
         try:
-            new = aggregator(key, value, initializer() if old is None else old)
+            new = step(key, value, old)
         except Exception as exc:
             raise _user_error(name, exc) from exc
-        put(key, new)
+        put(key, new, timestamp)
         downstream(key, ir.Change(new, old), timestamp)
-
-    return {"count": count, "reduce": reduce, "aggregate": aggregate}[operation]
+    return aggregate
 
 
 def compile_table_source(node: ir.TableSourceNode, downstream: Downstream, env: CompileEnv) -> Downstream:
     store = env.task.stores[node.store]
-    get, put = store.get, store.put
+    get, put = store.get, store.put_with_timestamp
     metrics = env.task.metrics
 
     def table_source(key: Any, value: Any, timestamp: int) -> None:
@@ -291,7 +281,7 @@ def compile_table_source(node: ir.TableSourceNode, downstream: Downstream, env: 
         old = get(key)
         if old is None and value is None:
             return
-        put(key, value)
+        put(key, value, timestamp)
         downstream(key, ir.Change(value, old), timestamp)
     return table_source
 
@@ -339,30 +329,40 @@ def compile_to_stream(node: ir.ToStreamNode, downstream: Downstream, env: Compil
 
 
 def compile_table_group_by(node: ir.TableGroupByNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    """Re-key table updates. A row that stays in its group travels as one Change (old and
+    new, KIP-904); a row that moves retracts from the old group, then adds to the new.
+    Pairs with a None key or value are dropped (counted), as Kafka Streams does."""
     selector, name = node.selector, node.name
+    metrics = env.task.metrics
 
     def select(key: Any, value: Any) -> Any:
+        if value is None:
+            return None
         try:
             new_key, new_value = selector(key, value)
         except Exception as exc:
             raise _user_error(name, exc) from exc
+        if new_key is None or new_value is None:
+            metrics.null_key_records_dropped += 1
+            return None
         return new_key, new_value
 
     def table_group_by(key: Any, change: ir.Change, timestamp: int) -> None:
-        # Retract first, so a row staying in its group never counts twice.
-        if change.old is not None:
-            old_key, old_value = select(key, change.old)
-            downstream(old_key, ir.Change(None, old_value), timestamp)
-        if change.new is not None:
-            new_key, new_value = select(key, change.new)
-            downstream(new_key, ir.Change(new_value, None), timestamp)
+        old, new = select(key, change.old), select(key, change.new)
+        if old is not None and new is not None and old[0] == new[0]:
+            downstream(new[0], ir.Change(new[1], old[1]), timestamp)
+            return
+        if old is not None:
+            downstream(old[0], ir.Change(None, old[1]), timestamp)
+        if new is not None:
+            downstream(new[0], ir.Change(new[1], None), timestamp)
     return table_group_by
 
 
 def compile_table_aggregate(node: ir.TableAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
     task = env.task
     store = task.stores[node.store]
-    get, put = store.get, store.put
+    get, put = store.get_with_timestamp, store.put_with_timestamp
     metrics = task.metrics
     name, operation = node.name, node.operation
     initializer, adder, subtractor = node.initializer, node.adder, node.subtractor
@@ -384,10 +384,18 @@ def compile_table_aggregate(node: ir.TableAggregateNode, downstream: Downstream,
         if key is None:
             metrics.null_key_records_dropped += 1
             return
-        old = get(key)
-        adding = change.new is not None
-        new = combine(key, old, change.new if adding else change.old, adding)
-        put(key, new)
+        prior = get(key)
+        old = None
+        if prior is not None:
+            old, old_timestamp = prior
+            if old_timestamp > timestamp:
+                timestamp = old_timestamp
+        new = old
+        if change.old is not None:
+            new = combine(key, new, change.old, False)
+        if change.new is not None:
+            new = combine(key, new, change.new, True)
+        put(key, new, timestamp)
         downstream(key, ir.Change(new, old), timestamp)
     return table_aggregate
 

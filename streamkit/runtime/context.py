@@ -123,7 +123,7 @@ class NodeProcessorContext(ProcessorContext):
             next_at = -math.inf
         else:
             next_at = self._task.wall_clock() + interval_ms
-        return self._task.punctuations.add(Schedule(interval_ms, punctuation, callback, self._run, next_at))
+        return self._task.punctuations.add(Schedule(self._node, interval_ms, punctuation, callback, self._run, next_at))
 
     def _run(self, schedule: Schedule, now: int) -> None:
         task = self._task

@@ -10,8 +10,9 @@ from ..processor import Cancellable, Punctuation
 class Schedule(Cancellable):
     """One ``ctx.schedule(...)`` registration."""
 
-    def __init__(self, interval_ms: int, kind: Punctuation, callback: Callable[[int], None],
+    def __init__(self, owner: str, interval_ms: int, kind: Punctuation, callback: Callable[[int], None],
                  run: Callable[["Schedule", int], None], next_at: float) -> None:
+        self.owner = owner
         self.interval_ms = interval_ms
         self.kind = kind
         self.callback = callback
@@ -24,7 +25,7 @@ class Schedule(Cancellable):
 
     def identity(self) -> tuple:
         code = getattr(self.callback, "__code__", self.callback)
-        return (code, self.interval_ms, self.kind)
+        return (self.owner, code, self.interval_ms, self.kind)
 
 
 class PunctuationQueue:

@@ -108,15 +108,17 @@ class Task:
                         timestamp = record[1]
                     else:
                         timestamp = extractor(key, value)
-                        if timestamp.__class__ is not int:
+                        if timestamp.__class__ is not int or timestamp < 0:
                             timestamp = to_millis(timestamp, node.name)
                     if timestamp > stream_time:
                         stream_time = ctx.stream_time = timestamp
                     chain(key, value, timestamp)
-                    if stream_time >= punctuations.next_stream_time:
-                        fire(STREAM_TIME, stream_time)
                 except Exception as exc:
                     errors.processing_failed(topic, partition, record, exc)
+                # Outside the record's try: a failing punctuation is not this record's fault
+                # and fails the task whatever the record handlers say.
+                if stream_time >= punctuations.next_stream_time:
+                    fire(STREAM_TIME, stream_time)
             metrics.records_processed += len(records)
             ctx.record = None
         return run

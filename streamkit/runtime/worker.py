@@ -76,7 +76,8 @@ class Worker:
         while not self._stopping:
             now = time.monotonic()
             if now >= next_rebalance:
-                self._take_free_tasks()
+                if self._take_free_tasks():
+                    last_input = now  # new work restarts the --until-idle clock
                 next_rebalance = now + REBALANCE_INTERVAL
                 if not self.tasks and not waiting_logged:
                     log.warning("all %d task(s) of app %s are owned by other workers (%s); waiting",
@@ -101,7 +102,8 @@ class Worker:
                 log.info("no input for %.1f s: stopping (--until-idle)", self.until_idle)
                 return
 
-    def _take_free_tasks(self) -> None:
+    def _take_free_tasks(self) -> int:
+        """Take over tasks nobody owns (at start, or after another worker exited); return how many."""
         assert self._membership is not None and self._consumer is not None
         taken = self._membership.acquire([t for t in self._all_tasks if t not in self.tasks])
         for tid in taken:
@@ -119,6 +121,7 @@ class Worker:
             self.tasks[tid] = task
             log.info("task %s started at %s", tid,
                      ", ".join(f"{tp.topic}[{tp.partition}]@{positions.get(tp, 'earliest')}" for tp in inputs))
+        return len(taken)
 
     def _owners(self) -> str:
         assert self._membership is not None

@@ -7,12 +7,13 @@ from ..serdes import Json
 from ..stores import KeyValueStore, StoreSpec
 from .memory import InMemoryBytesStore
 from .serialized import SerializedKeyValueStore
+from .timestamped import TimestampedKeyValueStore
 
 
 def open_memory_store(spec: StoreSpec) -> KeyValueStore:
     """An in-memory key-value store (state is rebuilt from input when the task restarts)."""
-    return SerializedKeyValueStore(spec.name, InMemoryBytesStore(), spec.key_serde or Json(),
-                                   spec.value_serde or Json())
+    store_class = TimestampedKeyValueStore if spec.timestamped else SerializedKeyValueStore
+    return store_class(spec.name, InMemoryBytesStore(), spec.key_serde or Json(), spec.value_serde or Json())
 
 
 def open_task_stores(specs: Iterable[StoreSpec]) -> Dict[str, KeyValueStore]:

@@ -1,22 +1,25 @@
 """Serde for table updates crossing a repartition topic (grouped-table aggregations).
 
-A re-keyed table update travels as two records: a retraction of the old value
-(under the old group) and an addition of the new one. One flag byte says which.
+A re-keyed table update travels as a retraction of the old value (under the old
+group) and an addition of the new one, or as one record carrying both when the
+row stays in its group. One flag byte says which.
 """
 from __future__ import annotations
 
+import struct
 from typing import Optional
 
 from ..errors import SerializationError
 from ..serdes import Serde
 from .nodes import Change
 
-_ADD = b"\x01"
-_SUBTRACT = b"\x00"
+_SUBTRACT, _ADD, _UPDATE = b"\x00", b"\x01", b"\x02"
+_LENGTH = struct.Struct(">I")
 
 
 class ChangeSerde(Serde[Change]):
-    """Wraps the value serde; a Change must carry exactly one of new/old."""
+    """Wraps the value serde. Flag 0: retract ``old``; 1: add ``new``; 2: both, as
+    ``<4-byte length of new><new><old>`` (a row updated within its group)."""
 
     def __init__(self, inner: Serde) -> None:
         self.inner = inner
@@ -24,17 +27,30 @@ class ChangeSerde(Serde[Change]):
     def serialize(self, change: Optional[Change]) -> Optional[bytes]:
         if change is None:
             return None
+        serialize = self.inner.serialize
+        if change.new is not None and change.old is not None:
+            new = serialize(change.new) or b""
+            return _UPDATE + _LENGTH.pack(len(new)) + new + (serialize(change.old) or b"")
         if change.new is not None:
-            return _ADD + (self.inner.serialize(change.new) or b"")
-        return _SUBTRACT + (self.inner.serialize(change.old) or b"")
+            return _ADD + (serialize(change.new) or b"")
+        if change.old is not None:
+            return _SUBTRACT + (serialize(change.old) or b"")
+        raise SerializationError("a table change with neither a new nor an old value cannot be sent")
 
     def deserialize(self, data: Optional[bytes]) -> Optional[Change]:
         if data is None:
             return None
         if not data:
             raise SerializationError("table change record is empty: expected a flag byte")
-        value = self.inner.deserialize(data[1:])
-        return Change(value, None) if data[:1] == _ADD else Change(None, value)
+        flag, deserialize = data[:1], self.inner.deserialize
+        if flag == _ADD:
+            return Change(deserialize(data[1:]), None)
+        if flag == _SUBTRACT:
+            return Change(None, deserialize(data[1:]))
+        if flag == _UPDATE:
+            (length,) = _LENGTH.unpack_from(data, 1)
+            return Change(deserialize(data[5:5 + length]), deserialize(data[5 + length:]))
+        raise SerializationError(f"table change record has an unknown flag byte {flag!r}")
 
     def __repr__(self) -> str:
         return f"ChangeSerde({self.inner!r})"

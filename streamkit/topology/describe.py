@@ -43,35 +43,44 @@ def describe_text(topology: Topology) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _mermaid_id(prefix: str, name: str) -> str:
-    return prefix + "".join(c if c.isalnum() else "_" for c in name)
-
-
 def describe_mermaid(topology: Topology) -> str:
     """A ``flowchart LR``: topics as stadiums, stores as cylinders, a subgraph per sub-topology."""
+    ids: dict = {}
+    used: set = set()
+
+    def mid(kind: str, name: str) -> str:
+        """A readable id (``n_page_counts``); a suffix keeps distinct names apart."""
+        if (kind, name) not in ids:
+            base = f"{kind}_" + "".join(c if c.isalnum() else "_" for c in name)
+            candidate, n = base, 1
+            while candidate in used:
+                n += 1
+                candidate = f"{base}_{n}"
+            used.add(candidate)
+            ids[(kind, name)] = candidate
+        return ids[(kind, name)]
+
     lines = ["flowchart LR"]
-    topics = set()
+    topics: List[str] = []
+    edges: List[str] = []
     for sub in topology.sub_topologies:
         lines.append(f'  subgraph sub{sub.id}["Sub-topology {sub.id}"]')
         for name in sub.node_names:
             node = topology.nodes[name]
-            lines.append(f'    {_mermaid_id("n_", name)}["{name}<br/>{_detail(node)}"]')
-        lines.append("  end")
-        for name in sub.node_names:
-            node = topology.nodes[name]
-            nid = _mermaid_id("n_", name)
+            lines.append(f'    {mid("n", name)}["{name}<br/>{_detail(node)}"]')
             for parent in node.parents:
-                lines.append(f"  {_mermaid_id('n_', parent)} --> {nid}")
+                edges.append(f"  {mid('n', parent)} --> {mid('n', name)}")
             if isinstance(node, SourceNode):
-                topics.add(node.topic)
-                lines.append(f"  {_mermaid_id('t_', node.topic)} --> {nid}")
+                topics.append(node.topic)
+                edges.append(f"  {mid('t', node.topic)} --> {mid('n', name)}")
             elif isinstance(node, SinkNode):
-                topics.add(node.topic)
-                lines.append(f"  {nid} --> {_mermaid_id('t_', node.topic)}")
+                topics.append(node.topic)
+                edges.append(f"  {mid('n', name)} --> {mid('t', node.topic)}")
             for store in node.stores:
-                lines.append(f"  {nid} -.- {_mermaid_id('s_', store)}")
-    for topic in sorted(topics):
-        lines.append(f'  {_mermaid_id("t_", topic)}(["{topic}"])')
+                edges.append(f"  {mid('n', name)} -.- {mid('s', store)}")
+        lines.append("  end")
+    for topic in sorted(set(topics)):
+        lines.append(f'  {mid("t", topic)}(["{topic}"])')
     for store in topology.stores:
-        lines.append(f'  {_mermaid_id("s_", store)}[("{store}")]')
-    return "\n".join(lines) + "\n"
+        lines.append(f'  {mid("s", store)}[("{store}")]')
+    return "\n".join(lines + edges) + "\n"

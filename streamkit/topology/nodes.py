@@ -148,6 +148,7 @@ class ProcessNode(Node):
     processor: Any = None  # streamkit.processor.ProcessorDefinition
     store_names: Tuple[str, ...] = ()
     kind: ClassVar[str] = "process"
+    changes_key: ClassVar[bool] = True  # ctx.forward may set any key
     stateful: ClassVar[bool] = False  # Kafka Streams does not repartition before process()
 
     @property

@@ -168,21 +168,26 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
         spec = topology.topics.get(topic)
         return spec.partitions if spec is not None else None
 
-    for sub in topology.sub_topologies:
-        source_counts = []
-        for topic in sub.source_topics:
-            count = known(topic)
-            if count is None:
-                raise TopologyError(
-                    f"unknown topic '{topic}': it does not exist on the broker and has no partition count; "
-                    f"create it (streamkit topics create {topic} --partitions N) or declare it with "
-                    f"app.topic('{topic}', partitions=N)")
-            counts[topic] = count
-            source_counts.append(count)
-        tasks = max(source_counts)
-        for node in topology.sink_nodes(sub):
-            count = known(node.topic)
-            counts[node.topic] = count if count is not None else tasks
+    # Visit sub-topologies once their inputs are known: a repartition topic's count
+    # comes from the sub-topology writing it, which may have a higher id.
+    pending = list(topology.sub_topologies)
+    while pending:
+        ready = [sub for sub in pending if all(known(t) is not None for t in sub.source_topics)]
+        if not ready:
+            sub = pending[0]
+            topic = next(t for t in sub.source_topics if known(t) is None)
+            raise TopologyError(
+                f"unknown topic '{topic}': it does not exist on the broker and has no partition count; "
+                f"create it (streamkit topics create {topic} --partitions N) or declare it with "
+                f"app.topic('{topic}', partitions=N)")
+        for sub in ready:
+            pending.remove(sub)
+            for topic in sub.source_topics:
+                counts[topic] = known(topic)  # type: ignore[assignment]
+            tasks = max(counts[t] for t in sub.source_topics)
+            for node in topology.sink_nodes(sub):
+                count = known(node.topic)
+                counts[node.topic] = count if count is not None else tasks
     return counts
 
 

@@ -1,0 +1,44 @@
+"""A key-value store whose values carry the timestamp of the update that wrote them.
+
+DSL aggregations and tables use it (as Kafka Streams' timestamped stores do) so
+a result's timestamp is the largest of its inputs': a late record never moves a
+result back in time. Reads through the plain :class:`KeyValueStore` methods see
+values only.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Optional, Tuple
+
+from ..serdes import Serde
+from .bytes_store import BytesStore
+from .serialized import SerializedKeyValueStore
+
+_TIMESTAMP = struct.Struct(">q")
+_NO_TIMESTAMP = _TIMESTAMP.pack(-1)
+
+
+class TimestampedKeyValueStore(SerializedKeyValueStore):
+    """Stores ``<8-byte big-endian timestamp><value bytes>`` per key."""
+
+    def __init__(self, name: str, inner: BytesStore, key_serde: Serde, value_serde: Serde) -> None:
+        super().__init__(name, inner, key_serde, value_serde)
+        value_serialize, value_deserialize = value_serde.serialize, value_serde.deserialize
+        self._value_serialize = value_serialize
+        self._value_deserialize = value_deserialize
+        self._vser = lambda value: _NO_TIMESTAMP + value_serialize(value)
+        self._vdes = lambda raw: value_deserialize(raw[8:])
+
+    def get_with_timestamp(self, key: Any) -> Optional[Tuple[Any, int]]:
+        """``(value, timestamp)`` of ``key``, or ``None``."""
+        raw = self.inner.get(self._kser(key))
+        if raw is None:
+            return None
+        return self._value_deserialize(raw[8:]), _TIMESTAMP.unpack_from(raw)[0]
+
+    def put_with_timestamp(self, key: Any, value: Any, timestamp: int) -> None:
+        """Set ``key`` to ``value`` written at ``timestamp``; ``None`` deletes."""
+        if value is None:
+            self.inner.delete(self._kser(key))
+        else:
+            self.inner.put(self._kser(key), _TIMESTAMP.pack(timestamp) + self._value_serialize(value))
