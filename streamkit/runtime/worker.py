@@ -71,26 +71,30 @@ class Worker:
         commit_every = self.app.commit_interval.total_seconds()
         next_commit = time.monotonic() + commit_every
         next_rebalance = 0.0
-        last_input = time.monotonic()
+        idle_since: Optional[float] = time.monotonic()  # start of the current run of empty fetches
         waiting_logged = False
         while not self._stopping:
             now = time.monotonic()
             if now >= next_rebalance:
                 if self._take_free_tasks():
-                    last_input = now  # new work restarts the --until-idle clock
+                    idle_since = now  # new work restarts the --until-idle clock
                 next_rebalance = now + REBALANCE_INTERVAL
                 if not self.tasks and not waiting_logged:
                     log.warning("all %d task(s) of app %s are owned by other workers (%s); waiting",
                                 len(self._all_tasks), self.app.id, self._owners())
                     waiting_logged = True
+            fetch_started = time.monotonic()
             batches = await self._consumer.fetch(FETCH_WAIT if self.tasks else 0.0)
             if batches:
-                last_input = time.monotonic()
+                idle_since = None
                 lookup = self._task_of_partition
                 for batch in batches:
                     lookup[TopicPartition(batch.topic, batch.partition)].process(batch.topic, batch.records)
-            elif not self.tasks:
-                await asyncio.sleep(FETCH_WAIT)
+            else:
+                if idle_since is None:
+                    idle_since = fetch_started
+                if not self.tasks:
+                    await asyncio.sleep(FETCH_WAIT)
             for task in self.tasks.values():
                 task.punctuate_wall_clock()
             await self._send_outputs()
@@ -98,7 +102,8 @@ class Worker:
             if now >= next_commit:
                 await self._commit()
                 next_commit = now + commit_every
-            if self.until_idle is not None and now - last_input >= self.until_idle:
+            # Idle means fetches found nothing for that long (slow commits do not count).
+            if self.until_idle is not None and idle_since is not None and now - idle_since >= self.until_idle:
                 log.info("no input for %.1f s: stopping (--until-idle)", self.until_idle)
                 return
 
