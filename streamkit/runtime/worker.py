@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 FETCH_WAIT = 0.1  # s: longest a fetch waits for records
 REBALANCE_INTERVAL = 1.0  # s between attempts to take over unowned tasks
+PROGRESS_INTERVAL = 30.0  # s between progress log lines
 
 
 class Worker:
@@ -39,6 +40,7 @@ class Worker:
         self.tasks: Dict[str, Task] = {}
         self._task_of_partition: Dict[TopicPartition, Task] = {}
         self._stopping = False
+        self._waiting_logged = False
         self.totals = TaskMetrics()
         self._consumer: Optional[Consumer] = None
         self._producer: Optional[Producer] = None
@@ -67,50 +69,55 @@ class Worker:
         self._close_tasks()
 
     async def _loop(self) -> None:
-        assert self._consumer is not None
-        commit_every = self.app.commit_interval.total_seconds()
-        next_commit = time.monotonic() + commit_every
-        next_rebalance = 0.0
-        idle_since: Optional[float] = time.monotonic()  # start of the current run of empty fetches
-        waiting_logged = False
+        """Until stopped: take free tasks, fetch, process, send outputs, commit on time."""
+        now = time.monotonic()
+        next_commit = now + self.app.commit_interval.total_seconds()
+        next_rebalance = now
+        self._progress = _Progress(now)
+        idle_since: Optional[float] = now  # start of the current run of empty fetches
         while not self._stopping:
-            now = time.monotonic()
-            if now >= next_rebalance:
+            if time.monotonic() >= next_rebalance:
                 if self._take_free_tasks():
-                    idle_since = now  # new work restarts the --until-idle clock
-                next_rebalance = now + REBALANCE_INTERVAL
-                if not self.tasks and not waiting_logged:
-                    log.warning("all %d task(s) of app %s are owned by other workers (%s); waiting",
-                                len(self._all_tasks), self.app.id, self._owners())
-                    waiting_logged = True
+                    idle_since = time.monotonic()  # new work restarts the --until-idle clock
+                next_rebalance = time.monotonic() + REBALANCE_INTERVAL
             fetch_started = time.monotonic()
-            batches = await self._consumer.fetch(FETCH_WAIT if self.tasks else 0.0)
-            if batches:
+            if await self._process_available():
                 idle_since = None
-                lookup = self._task_of_partition
-                for batch in batches:
-                    lookup[TopicPartition(batch.topic, batch.partition)].process(batch.topic, batch.records)
-            else:
-                if idle_since is None:
-                    idle_since = fetch_started
-                if not self.tasks:
-                    await asyncio.sleep(FETCH_WAIT)
+            elif idle_since is None:
+                idle_since = fetch_started
             for task in self.tasks.values():
                 task.punctuate_wall_clock()
             await self._send_outputs()
             now = time.monotonic()
             if now >= next_commit:
                 await self._commit()
-                next_commit = now + commit_every
+                next_commit = now + self.app.commit_interval.total_seconds()
+            self._progress.maybe_log(now, self.tasks)
             # Idle means fetches found nothing for that long (slow commits do not count).
             if self.until_idle is not None and idle_since is not None and now - idle_since >= self.until_idle:
                 log.info("no input for %.1f s: stopping (--until-idle)", self.until_idle)
                 return
 
+    async def _process_available(self) -> bool:
+        """Fetch one round of batches and run each through its task; False if there was none."""
+        assert self._consumer is not None
+        if not self.tasks:
+            await asyncio.sleep(FETCH_WAIT)
+            return False
+        batches = await self._consumer.fetch(FETCH_WAIT)
+        lookup = self._task_of_partition
+        for batch in batches:
+            lookup[TopicPartition(batch.topic, batch.partition)].process(batch.topic, batch.records)
+        return bool(batches)
+
     def _take_free_tasks(self) -> int:
         """Take over tasks nobody owns (at start, or after another worker exited); return how many."""
         assert self._membership is not None and self._consumer is not None
         taken = self._membership.acquire([t for t in self._all_tasks if t not in self.tasks])
+        if not taken and not self.tasks and not self._waiting_logged:
+            log.warning("all %d task(s) of app %s are owned by other workers (%s); waiting",
+                        len(self._all_tasks), self.app.id, self._owners())
+            self._waiting_logged = True
         for tid in taken:
             sub_id, partition = (int(x) for x in tid.split("_"))
             sub = self.topology.sub_topologies[sub_id]
@@ -199,3 +206,21 @@ def run_worker(app: App, *, broker: str, until_idle: Optional[float] = None) -> 
     totals = worker.totals
     log.info("worker stopped after %.1f s: %s", elapsed, totals.as_dict())
     return totals
+
+
+class _Progress:
+    """Logs the processing rate every PROGRESS_INTERVAL seconds."""
+
+    def __init__(self, now: float) -> None:
+        self._next = now + PROGRESS_INTERVAL
+        self._last_total = 0
+
+    def maybe_log(self, now: float, tasks: Dict[str, Task]) -> None:
+        if now < self._next:
+            return
+        total = sum(task.metrics.records_processed for task in tasks.values())
+        done = max(total - self._last_total, 0)
+        log.info("%d record(s) in the last %.0f s (%.0f/s); tasks: %s", done, PROGRESS_INTERVAL,
+                 done / PROGRESS_INTERVAL, ", ".join(sorted(tasks)) or "none")
+        self._last_total = total
+        self._next = now + PROGRESS_INTERVAL

@@ -1,0 +1,48 @@
+"""Fixtures for end-to-end tests: the real ``streamkit`` CLI in subprocesses."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def broker_dir(tmp_path: Path) -> Path:
+    return tmp_path / "broker"
+
+
+@pytest.fixture
+def cli(broker_dir: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """Run ``python -m streamkit ARGS`` against a fresh embedded broker directory."""
+
+    def run(*args: str, stdin: Optional[str] = None, timeout: float = 60,
+            cwd: Optional[Path] = None, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+        full_env = {**os.environ, "STREAMKIT_BROKER": f"embedded://{broker_dir}",
+                    "PYTHONPATH": str(REPO), **(env or {})}
+        return subprocess.run([sys.executable, "-m", "streamkit", *args], input=stdin, capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd or REPO, env=full_env)
+    return run
+
+
+@pytest.fixture
+def spawn(broker_dir: Path) -> Callable[..., subprocess.Popen]:
+    """Start ``python -m streamkit ARGS`` in the background (killed at teardown)."""
+    procs = []
+
+    def start(*args: str, cwd: Optional[Path] = None) -> subprocess.Popen:
+        env = {**os.environ, "STREAMKIT_BROKER": f"embedded://{broker_dir}", "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen([sys.executable, "-m", "streamkit", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env=env)
+        procs.append(proc)
+        return proc
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
