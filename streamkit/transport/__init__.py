@@ -1,0 +1,1 @@
+"""Transports: how the runtime reads and writes topics (embedded log, Kafka)."""

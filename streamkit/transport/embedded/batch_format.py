@@ -1,0 +1,300 @@
+"""On-disk record batch format of the embedded log.
+
+A batch is a fixed 32-byte header followed by a payload laid out for fast decoding
+(all integers little-endian)::
+
+    length:u32         bytes after this field
+    crc:u32            zlib.crc32 of everything after this field
+    magic:u8 = 1
+    flags:u8           FLAG_* below
+    reserved:u16 = 0
+    base_offset:u64    offset of the first record
+    producer_id:i64    -1 (transactions arrive later)
+    count:u32          number of records, >= 1
+    ---- payload ----
+    count x i64        timestamps (ms)
+    count x i32        key lengths   (-1 = None)
+    count x i32        value lengths (-1 = None)
+    [count x i32       header-block lengths (-1 = None), only if FLAG_HAS_HEADERS]
+    all key bytes back to back, then all value bytes back to back
+    header blocks back to back
+
+A header block is ``n:u16`` then per header ``name_len:u16, name (utf-8),
+value_len:i32 (-1 = None), value``. An empty block (n = 0) is an empty tuple.
+
+FLAG_NULL_KEYS / FLAG_NULL_VALUES say that some key / value is None, so that the
+decoder takes its fast path (one struct unpack for all keys and values) whenever
+neither is set.
+"""
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from itertools import repeat
+from operator import itemgetter
+from typing import Optional, Sequence
+
+from streamkit.transport.base import Headers, OutgoingRecord, RawRecord
+
+MAGIC = 1
+FLAG_TRANSACTIONAL = 0x01
+FLAG_CONTROL = 0x02
+FLAG_HAS_HEADERS = 0x04
+FLAG_NULL_KEYS = 0x08
+FLAG_NULL_VALUES = 0x10
+KNOWN_FLAGS = 0x1F
+
+HEADER = struct.Struct("<IIBBHQqI")
+HEADER_SIZE = HEADER.size  # 32
+LENGTH_FIELD_SIZE = 4
+CRC_START = 8  # the CRC covers bytes [CRC_START, 4 + length) of a batch
+_BASE_OFFSET_POS = 12
+_PAYLOAD_START = HEADER_SIZE - LENGTH_FIELD_SIZE  # header bytes counted by `length`
+
+_LENGTH_CRC = struct.Struct("<II")
+_ONE = struct.Struct("<qii")
+_U16 = struct.Struct("<H")
+_I32 = struct.Struct("<i")
+_first, _second, _third, _fourth = (itemgetter(i) for i in range(4))
+_MAX_LAYOUT_CACHE = 512
+_layouts: dict[tuple[int, bool], struct.Struct] = {}
+
+# "<n>s" struct codes for small lengths, joined into one format per batch so that one
+# unpack_from creates all key and value bytes objects in C (twice as fast as slicing).
+_S_CODES = tuple(f"{i}s" for i in range(8192))
+
+
+def min_length(count: int, flags: int) -> int:
+    """Smallest valid `length` field for a batch of `count` records with `flags`."""
+    per_record = 20 if flags & FLAG_HAS_HEADERS else 16
+    return _PAYLOAD_START + per_record * count
+
+
+def header_is_valid(magic: int, flags: int, reserved: int, count: int, length: int) -> bool:
+    """Whether the header fields (other than base offset and CRC) are plausible."""
+    return (magic == MAGIC and reserved == 0 and count > 0 and not flags & ~KNOWN_FLAGS
+            and length >= min_length(count, flags))
+
+
+def _layout(count: int, has_headers: bool) -> struct.Struct:
+    """The Struct of the fixed-size payload part (timestamps and lengths), cached."""
+    key = (count, has_headers)
+    layout = _layouts.get(key)
+    if layout is None:
+        if len(_layouts) >= _MAX_LAYOUT_CACHE:
+            _layouts.clear()
+        layout = struct.Struct(f"<{count}q{count * (3 if has_headers else 2)}i")
+        _layouts[key] = layout
+    return layout
+
+
+# ---------------------------------------------------------------------------- encode
+
+def encode_batch(records: Sequence[OutgoingRecord], base_offset: int, *,
+                 producer_id: int = -1, flags: int = 0) -> bytes:
+    """Encode `records` (key, value, timestamp_ms, headers) as one batch.
+
+    Keys and values must be bytes (or bytearray) or None; a None timestamp means now.
+    `flags` may carry FLAG_TRANSACTIONAL / FLAG_CONTROL; the other bits are computed.
+    """
+    count = len(records)
+    if count == 0:
+        raise ValueError("cannot encode an empty batch")
+    # Four plain lists (not zip(*records), whose per-record iterators trigger the GC).
+    try:
+        keys = list(map(_first, records))
+        values = list(map(_second, records))
+        timestamps = list(map(_third, records))
+        headers = list(map(_fourth, records))
+    except (TypeError, IndexError, KeyError):
+        raise TypeError("records must be (key, value, timestamp_ms, headers) tuples") from None
+
+    key_lens, key_data, null_keys = _encode_bytes(keys, "key")
+    value_lens, value_data, null_values = _encode_bytes(values, "value")
+    flags &= FLAG_TRANSACTIONAL | FLAG_CONTROL
+    if null_keys:
+        flags |= FLAG_NULL_KEYS
+    if null_values:
+        flags |= FLAG_NULL_VALUES
+
+    if headers.count(None) == count:
+        layout = _pack_layout(count, False, timestamps, key_lens, value_lens, ())
+        blocks: list[bytes] = []
+    else:
+        flags |= FLAG_HAS_HEADERS
+        encoded = [None if h is None else _encode_headers(h, i) for i, h in enumerate(headers)]
+        header_lens = [-1 if b is None else len(b) for b in encoded]
+        layout = _pack_layout(count, True, timestamps, key_lens, value_lens, header_lens)
+        blocks = [b for b in encoded if b is not None]
+
+    # everything after the crc field: the rest of the header, then the payload
+    body = [HEADER.pack(0, 0, MAGIC, flags, 0, base_offset, producer_id, count)[CRC_START:],
+            layout, key_data, value_data, *blocks]
+    length = 4 + sum(map(len, body))
+    if length > 0xFFFFFFFF:
+        raise ValueError(f"a batch of {count} records is {length} bytes, over the 4 GiB limit")
+    crc = 0
+    for part in body:
+        crc = zlib.crc32(part, crc)
+    return b"".join([_LENGTH_CRC.pack(length, crc), *body])
+
+
+def rebase_batch(batch: bytes, base_offset: int) -> bytes:
+    """Return `batch` with another base offset (and the CRC recomputed)."""
+    if HEADER.unpack_from(batch)[5] == base_offset:
+        return batch
+    out = bytearray(batch)
+    struct.pack_into("<Q", out, _BASE_OFFSET_POS, base_offset)
+    struct.pack_into("<I", out, 4, zlib.crc32(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
+def _encode_bytes(items: list, what: str) -> tuple[list[int], bytes, bool]:
+    """Lengths (-1 for None), the concatenated bytes and whether any item is None."""
+    try:
+        return list(map(len, items)), b"".join(items), False
+    except TypeError:
+        pass  # a None, a str or another wrong type: take the careful path
+    lens = []
+    for i, item in enumerate(items):
+        if item is None:
+            lens.append(-1)
+        elif isinstance(item, (bytes, bytearray)):
+            lens.append(len(item))
+        elif isinstance(item, memoryview):
+            lens.append(item.nbytes)
+        else:
+            raise TypeError(f"record {i}: {what} must be bytes or None, not {type(item).__name__}")
+    return lens, b"".join([item for item in items if item is not None]), -1 in lens
+
+
+def _pack_layout(count: int, has_headers: bool, timestamps: list, key_lens: list,
+                 value_lens: list, header_lens: Sequence[int]) -> bytes:
+    layout = _layout(count, has_headers)
+    try:
+        return layout.pack(*timestamps, *key_lens, *value_lens, *header_lens)
+    except struct.error:
+        pass  # a None or float timestamp
+    now = int(time.time() * 1000)
+    fixed = []
+    for i, ts in enumerate(timestamps):
+        if ts is None:
+            fixed.append(now)
+        elif isinstance(ts, (int, float)):
+            fixed.append(int(ts))
+        else:
+            raise TypeError(f"record {i}: timestamp must be an int (ms) or None, "
+                            f"not {type(ts).__name__}")
+    try:
+        return layout.pack(*fixed, *key_lens, *value_lens, *header_lens)
+    except struct.error as exc:
+        raise ValueError(f"a timestamp beyond 64 bits or a key/value of 2 GiB or more: {exc}") \
+            from None
+
+
+def _encode_headers(headers: Headers, index: int) -> bytes:
+    try:
+        parts = [_U16.pack(len(headers))]
+        for name, value in headers:
+            name_bytes = name.encode("utf-8")
+            parts.append(_U16.pack(len(name_bytes)))
+            parts.append(name_bytes)
+            if value is None:
+                parts.append(_I32.pack(-1))
+            elif not isinstance(value, (bytes, bytearray)):
+                raise TypeError(f"header {name!r} has a {type(value).__name__} value")
+            else:
+                parts.append(_I32.pack(len(value)))
+                parts.append(value)
+    except (TypeError, ValueError, AttributeError, struct.error) as exc:
+        raise TypeError(f"record {index}: headers must be a tuple of (str, bytes) pairs, "
+                        f"got {headers!r}: {exc}") from None
+    return b"".join(parts)
+
+
+# ---------------------------------------------------------------------------- decode
+
+def decode_records(buf: bytes, pos: int, base_offset: int, count: int,
+                   flags: int) -> list[RawRecord]:
+    """Decode the records of the (already validated) batch that starts at buf[pos]."""
+    if count == 1 and not flags & FLAG_HAS_HEADERS:  # common with small producers
+        timestamp, key_len, value_len = _ONE.unpack_from(buf, pos + HEADER_SIZE)
+        data = pos + HEADER_SIZE + 16
+        key = None if key_len < 0 else buf[data:data + key_len]
+        data += max(key_len, 0)
+        value = None if value_len < 0 else buf[data:data + value_len]
+        return [(base_offset, timestamp, key, value, None)]
+    has_headers = bool(flags & FLAG_HAS_HEADERS)
+    layout = _layout(count, has_headers)
+    fixed = layout.unpack_from(buf, pos + HEADER_SIZE)
+    data = pos + HEADER_SIZE + layout.size
+    timestamps = fixed[:count]
+    lens = fixed[count:3 * count]  # key lengths then value lengths: the data order
+    if flags & (FLAG_NULL_KEYS | FLAG_NULL_VALUES):
+        keys, values, data_len = _decode_nullable(buf, data, lens, count)
+    else:
+        items = _bytes_struct(lens).unpack_from(buf, data)
+        keys = items[:count]
+        values = items[count:]
+        data_len = sum(lens) if has_headers else 0
+    if has_headers:
+        headers = _decode_header_blocks(buf, data + data_len, fixed[3 * count:])
+    else:
+        headers = repeat(None)
+    return list(zip(range(base_offset, base_offset + count), timestamps, keys, values, headers))
+
+
+def _decode_nullable(buf: bytes, data: int, lens: tuple, count: int
+                     ) -> tuple[list[Optional[bytes]], list[Optional[bytes]], int]:
+    """Keys and values when some are None (length -1)."""
+    present = [n for n in lens if n >= 0]
+    items = iter(_bytes_struct(present).unpack_from(buf, data) if present else ())
+    decoded = [None if n < 0 else next(items) for n in lens]
+    return decoded[:count], decoded[count:], sum(present)
+
+
+def _bytes_struct(lens: Sequence[int]) -> struct.Struct:
+    """A Struct that unpacks byte strings of these lengths (len(lens) >= 1), back to back.
+
+    Built per batch and not cached: one-off formats would only churn the struct
+    module's own cache.
+    """
+    if len(lens) == 1:
+        return struct.Struct(f"<{lens[0]}s")
+    try:
+        codes = itemgetter(*lens)(_S_CODES)
+    except IndexError:  # a key or value of 8 KiB or more
+        codes = [f"{n}s" for n in lens]
+    return struct.Struct("<" + "".join(codes))
+
+
+def _decode_header_blocks(buf: bytes, pos: int, block_lens: tuple) -> list[Headers]:
+    out: list[Headers] = []
+    for block_len in block_lens:
+        if block_len < 0:
+            out.append(None)
+            continue
+        out.append(_decode_headers(buf, pos))
+        pos += block_len
+    return out
+
+
+def _decode_headers(buf: bytes, pos: int) -> Headers:
+    (n,) = _U16.unpack_from(buf, pos)
+    pos += 2
+    headers = []
+    for _ in range(n):
+        (name_len,) = _U16.unpack_from(buf, pos)
+        pos += 2
+        name = str(buf[pos:pos + name_len], "utf-8")
+        pos += name_len
+        (value_len,) = _I32.unpack_from(buf, pos)
+        pos += 4
+        if value_len < 0:
+            value = None
+        else:
+            value = buf[pos:pos + value_len]
+            pos += value_len
+        headers.append((name, value))
+    return tuple(headers)
