@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import random
 import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -29,13 +30,14 @@ from typing import Callable, Dict, List, Tuple
 import orjson
 
 import streamkit as sk
-from streamkit.runtime.worker import Worker
+from streamkit.runtime.worker import Worker, tune_gc_for_streaming
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
 from streamkit.transport.partitioner import partition_for_key
 
 PARTITIONS = 3
 PAGES = 1000
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IDLE_EXIT = 0.3  # s of no input before the worker stops; subtracted from the timing
 
 
@@ -125,9 +127,41 @@ SCENARIOS: Dict[str, Tuple[Callable[[], sk.App], Callable, Callable]] = {
 }
 
 
-def run_once(name: str, n_events: int) -> float:
-    """Produce, then time one worker over the input; only a summary of the input stays in
-    memory while the worker runs (a real worker's heap does not hold its input)."""
+def run_worker_process(name: str, directory: str) -> dict:
+    """Run the scenario's worker in a child process (as `streamkit worker` runs) and return
+    its own figures: seconds from start to its last commit, records, peak RSS."""
+    command = [sys.executable, "-m", "bench.embedded_throughput", "--child", name, directory]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{name}: worker process failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def child(name: str, directory: str) -> None:
+    """Entry point of the child: time one worker over the pre-produced input."""
+    transport = EmbeddedTransport(directory)
+    worker = Worker(SCENARIOS[name][0](), transport, until_idle=IDLE_EXIT)
+    tune_gc_for_streaming()  # as `streamkit worker` does
+    started = time.perf_counter()
+    asyncio.run(worker.run())
+    elapsed = time.perf_counter() - started - IDLE_EXIT
+    transport.close()
+    print(json.dumps({"seconds": elapsed, "records": worker.totals.records_processed, "peak_rss_mib": peak_rss_mib()}))
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS. Not ru_maxrss: Linux carries it over fork and exec, so a
+    child would report its parent's peak."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_once(name: str, n_events: int) -> dict:
+    """Produce, run the worker process, verify its output; return its figures."""
     make_app, expect, verify = SCENARIOS[name]
     directory = tempfile.mkdtemp(prefix=f"sk-bench-{name}-")
     try:
@@ -136,24 +170,22 @@ def run_once(name: str, n_events: int) -> float:
         produce(transport, events)
         expected = expect(events)
         del events
-        gc.collect()
-        app = make_app()
-        worker = Worker(app, transport, until_idle=IDLE_EXIT)
-        started = time.perf_counter()
-        asyncio.run(worker.run())
-        elapsed = time.perf_counter() - started - IDLE_EXIT
-        processed = worker.totals.records_processed
-        assert processed == n_events, f"{name}: processed {processed} of {n_events}"
-        committed = transport.admin.committed_offsets(app.id)
+        figures = run_worker_process(name, directory)
+        assert figures["records"] == n_events, f"{name}: processed {figures['records']} of {n_events}"
+        committed = transport.admin.committed_offsets(make_app().id)
         assert sum(committed.get(TopicPartition("events", p), 0) for p in range(PARTITIONS)) == n_events
         verify(transport, expected)
         transport.close()
-        return n_events / elapsed
+        figures["events_per_second"] = n_events / figures["seconds"]
+        return figures
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
 def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--reps", type=int, default=1)
@@ -164,18 +196,18 @@ def main() -> None:
     print(f"embedded broker, {args.events:,} JSON events, {PARTITIONS} partitions, 1 worker process, "
           f"{os.cpu_count()} cores")
     for name in [args.only] if args.only else list(SCENARIOS):
-        rates = [run_once(name, args.events) for _ in range(args.reps)]
+        runs = [run_once(name, args.events) for _ in range(args.reps)]
+        rates = [r["events_per_second"] for r in runs]
         rate = statistics.median(rates)
-        results[name] = rate
+        peak = max(r["peak_rss_mib"] for r in runs)
+        results[name] = {"events_per_second": rate, "reps": rates, "worker_peak_rss_mib": peak}
         verdict = "ok" if rate >= floors[name] else "BELOW FLOOR"
-        print(f"  {name:<11} {rate:>12,.0f} events/s  (floor {floors[name]:,}: {verdict}; "
-              f"reps: {', '.join(f'{r:,.0f}' for r in rates)})")
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"  peak RSS {peak_mb:,.0f} MiB (includes generating the events and reading back the output)")
-    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    path = os.path.join(os.path.dirname(__file__), "results", "embedded_throughput.json")
+        print(f"  {name:<11} {rate:>10,.0f} events/s  worker peak RSS {peak:,.0f} MiB  "
+              f"(floor {floors[name]:,}: {verdict}; reps: {', '.join(f'{r:,.0f}' for r in rates)})")
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    path = os.path.join(ROOT, "bench", "results", "embedded_throughput.json")
     with open(path, "w") as f:
-        json.dump({"events": args.events, "events_per_second": results, "peak_rss_mib": peak_mb}, f, indent=2)
+        json.dump({"events": args.events, "partitions": PARTITIONS, "scenarios": results}, f, indent=2)
     print(f"  results written to {path}")
 
 

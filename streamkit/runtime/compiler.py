@@ -232,7 +232,7 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
     late record never moves it back); records with a None key or value are skipped."""
     task = env.task
     store = task.stores[node.store]
-    get, put = store.get_with_timestamp, store.put_with_timestamp
+    serialize_key, get, put = store.serialize_key, store.get_serialized, store.put_serialized
     metrics = task.metrics
     name = node.name
     initializer, aggregator = node.initializer, node.aggregator
@@ -253,7 +253,11 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
             return
         if value is None:
             return  # Kafka Streams' count, reduce and aggregate ignore null values
-        prior = get(key)
+        try:
+            key_bytes = serialize_key(key)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        prior = get(key_bytes)
         if prior is None:
             old = None
         else:
@@ -264,7 +268,7 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
             new = step(key, value, old)
         except Exception as exc:
             raise _user_error(name, exc) from exc
-        put(key, new, timestamp)
+        put(key_bytes, new, timestamp)
         downstream(key, ir.Change(new, old), timestamp)
     return aggregate
 

@@ -6,6 +6,7 @@ a fetched batch, so the event loop is paid per batch, not per record.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -183,8 +184,23 @@ class Worker:
             self._producer.close()
 
 
+def tune_gc_for_streaming() -> None:
+    """Make the cyclic GC run less often in a worker process.
+
+    Every record allocates short-lived containers (tuples, decoded dicts) that die
+    without cycles; with the default thresholds the collector runs every 700 of
+    them and costs 10-20% of throughput. Long-lived objects made at start-up are
+    frozen out of collections altogether. Process-wide, so only the worker entry
+    point (``streamkit worker``, ``App.run``) calls it, not the library.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 def run_worker(app: App, *, broker: str, until_idle: Optional[float] = None) -> TaskMetrics:
     """Run a worker in this process until SIGINT/SIGTERM, ``until_idle``, or an error."""
+    tune_gc_for_streaming()
     transport = open_transport(broker)
     worker = Worker(app, transport, until_idle=until_idle)
 

@@ -31,14 +31,25 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
 
     def get_with_timestamp(self, key: Any) -> Optional[Tuple[Any, int]]:
         """``(value, timestamp)`` of ``key``, or ``None``."""
-        raw = self.inner.get(self._kser(key))
+        return self.get_serialized(self._kser(key))
+
+    def put_with_timestamp(self, key: Any, value: Any, timestamp: int) -> None:
+        """Set ``key`` to ``value`` written at ``timestamp``; ``None`` deletes."""
+        self.put_serialized(self._kser(key), value, timestamp)
+
+    # Read-modify-write paths (aggregations) serialize the key once and use these.
+
+    def serialize_key(self, key: Any) -> bytes:
+        return self._kser(key)
+
+    def get_serialized(self, key: bytes) -> Optional[Tuple[Any, int]]:
+        raw = self.inner.get(key)
         if raw is None:
             return None
         return self._value_deserialize(raw[8:]), _TIMESTAMP.unpack_from(raw)[0]
 
-    def put_with_timestamp(self, key: Any, value: Any, timestamp: int) -> None:
-        """Set ``key`` to ``value`` written at ``timestamp``; ``None`` deletes."""
+    def put_serialized(self, key: bytes, value: Any, timestamp: int) -> None:
         if value is None:
-            self.inner.delete(self._kser(key))
+            self.inner.delete(key)
         else:
-            self.inner.put(self._kser(key), _TIMESTAMP.pack(timestamp) + self._value_serialize(value))
+            self.inner.put(key, _TIMESTAMP.pack(timestamp) + self._value_serialize(value))
