@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import click
 
@@ -19,8 +20,14 @@ def broker_url(option: Optional[str]) -> str:
     return option or os.environ.get("STREAMKIT_BROKER") or "embedded://.streamkit"
 
 
-def connect(option: Optional[str]) -> Transport:
-    return open_transport(broker_url(option))
+@contextmanager
+def connected(option: Optional[str]) -> Iterator[Transport]:
+    """The broker named by ``--broker`` (or its defaults), closed on exit."""
+    transport = open_transport(broker_url(option))
+    try:
+        yield transport
+    finally:
+        transport.close()
 
 
 def require_topic(transport: Transport, name: str):

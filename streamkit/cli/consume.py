@@ -11,7 +11,7 @@ import click
 import orjson
 
 from ..transport.base import TopicPartition
-from .common import broker_option, connect, require_topic
+from .common import broker_option, connected, require_topic
 
 
 def render(data: Optional[bytes]) -> object:
@@ -40,15 +40,14 @@ def render(data: Optional[bytes]) -> object:
 def consume(topic: str, group: Optional[str], from_beginning: bool, max_records: Optional[int],
             timeout: Optional[float], broker: Optional[str]) -> None:
     """Print TOPIC's records as JSON lines: key, value, partition, offset, timestamp."""
-    transport = connect(broker)
-    try:
+    count = None
+    with connected(broker) as transport:
         meta = require_topic(transport, topic)
-        count = asyncio.run(_consume(transport, topic, meta.partitions, group, from_beginning,
-                                     max_records, timeout))
-    except KeyboardInterrupt:
-        count = None
-    finally:
-        transport.close()
+        try:
+            count = asyncio.run(_consume(transport, topic, meta.partitions, group, from_beginning,
+                                         max_records, timeout))
+        except KeyboardInterrupt:
+            pass
     if count is not None:
         click.echo(f"consumed {count} record(s)", err=True)
 

@@ -6,7 +6,7 @@ from typing import Optional
 import click
 
 from ..transport.base import TopicPartition
-from .common import broker_option, connect, require_topic
+from .common import broker_option, connected, require_topic
 
 
 @click.group()
@@ -18,12 +18,9 @@ def groups() -> None:
 @broker_option
 def list_(broker: Optional[str]) -> None:
     """List consumer groups that have committed offsets."""
-    transport = connect(broker)
-    try:
+    with connected(broker) as transport:
         for group in transport.admin.list_groups():
             click.echo(group)
-    finally:
-        transport.close()
 
 
 def _require_group(transport, group: str) -> dict:
@@ -38,8 +35,7 @@ def _require_group(transport, group: str) -> dict:
 @broker_option
 def describe(group: str, broker: Optional[str]) -> None:
     """Committed offset, log end offset and lag per partition of GROUP."""
-    transport = connect(broker)
-    try:
+    with connected(broker) as transport:
         committed = _require_group(transport, group)
         rows = []
         for tp in sorted(committed):
@@ -51,8 +47,6 @@ def describe(group: str, broker: Optional[str]) -> None:
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
         for row in [header, *rows]:
             click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    finally:
-        transport.close()
 
 
 @groups.command("reset-offsets")
@@ -67,8 +61,7 @@ def reset_offsets(group: str, topic: str, to_earliest: bool, to_latest: bool, sh
     """Move GROUP's committed offsets on TOPIC (stop its workers first)."""
     if sum([to_earliest, to_latest, shift_by is not None]) != 1:
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --shift-by N")
-    transport = connect(broker)
-    try:
+    with connected(broker) as transport:
         meta = require_topic(transport, topic)
         committed = transport.admin.committed_offsets(group)
         new = {}
@@ -86,5 +79,3 @@ def reset_offsets(group: str, topic: str, to_earliest: bool, to_latest: bool, sh
         click.echo(f"{'TOPIC'}  PARTITION  NEW-OFFSET")
         for tp, offset in sorted(new.items()):
             click.echo(f"{tp.topic}  {tp.partition}  {offset}")
-    finally:
-        transport.close()

@@ -14,7 +14,7 @@ import orjson
 
 from ..transport.base import OutgoingRecord
 from ..transport.partitioner import partition_for_key
-from .common import broker_option, connect, require_topic
+from .common import broker_option, connected, require_topic
 
 BATCH_RECORDS = 1000
 LINGER_SECONDS = 0.05  # send what we have when stdin pauses this long (interactive use)
@@ -60,15 +60,12 @@ def produce(topic: str, key_field: Optional[str], partition: Optional[int], fmt:
     """Append one record per line of standard input to TOPIC."""
     if key_field and fmt != "json":
         raise click.UsageError("--key-field needs --format json")
-    transport = connect(broker)
-    try:
+    with connected(broker) as transport:
         meta = require_topic(transport, topic)
         if partition is not None and partition >= meta.partitions:
             raise click.ClickException(f"topic '{topic}' has {meta.partitions} partition(s): "
                                        f"--partition {partition} does not exist")
         count = asyncio.run(_produce(transport, topic, meta.partitions, key_field, partition, fmt))
-    finally:
-        transport.close()
     click.echo(f"produced {count} record(s) to {topic}", err=True)
 
 

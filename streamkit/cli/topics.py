@@ -5,7 +5,7 @@ from typing import Optional, Tuple
 
 import click
 
-from .common import broker_option, connect, require_topic
+from .common import broker_option, connected, require_topic
 
 
 @click.group()
@@ -33,26 +33,20 @@ def _parse_configs(pairs: Tuple[str, ...]) -> dict:
 def create(name: str, partitions: int, configs: Tuple[str, ...], if_not_exists: bool,
            broker: Optional[str]) -> None:
     """Create topic NAME."""
-    transport = connect(broker)
-    try:
+    with connected(broker) as transport:
         if not if_not_exists and transport.admin.topic(name) is not None:
             raise click.ClickException(f"topic '{name}' already exists")
         meta = transport.admin.create_topic(name, partitions, _parse_configs(configs), exist_ok=if_not_exists)
         click.echo(f"created topic {meta.name} ({meta.partitions} partition(s))")
-    finally:
-        transport.close()
 
 
 @topics.command("list")
 @broker_option
 def list_(broker: Optional[str]) -> None:
     """List topics, one per line."""
-    transport = connect(broker)
-    try:
+    with connected(broker) as transport:
         for meta in transport.admin.list_topics():
             click.echo(meta.name)
-    finally:
-        transport.close()
 
 
 @topics.command("describe")
@@ -60,8 +54,7 @@ def list_(broker: Optional[str]) -> None:
 @broker_option
 def describe(name: str, broker: Optional[str]) -> None:
     """Show NAME's partitions with their start and end offsets."""
-    transport = connect(broker)
-    try:
+    with connected(broker) as transport:
         meta = require_topic(transport, name)
         configs = ",".join(f"{k}={v}" for k, v in sorted(meta.config.items())) or "-"
         click.echo(f"Topic: {meta.name}\tPartitions: {meta.partitions}\tConfigs: {configs}")
@@ -69,8 +62,6 @@ def describe(name: str, broker: Optional[str]) -> None:
         for partition in range(meta.partitions):
             offsets = transport.admin.partition_offsets(name, partition)
             click.echo(f"{partition:>9}  {offsets.start:>12}  {offsets.end:>12}  {offsets.end - offsets.start:>10}")
-    finally:
-        transport.close()
 
 
 @topics.command("delete")
@@ -78,10 +69,7 @@ def describe(name: str, broker: Optional[str]) -> None:
 @broker_option
 def delete(name: str, broker: Optional[str]) -> None:
     """Delete topic NAME and its data."""
-    transport = connect(broker)
-    try:
+    with connected(broker) as transport:
         require_topic(transport, name)
         transport.admin.delete_topic(name)
         click.echo(f"deleted topic {name}")
-    finally:
-        transport.close()

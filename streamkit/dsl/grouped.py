@@ -16,10 +16,9 @@ def _store(draft: TopologyDraft, name: str, key_serde: Optional[Serde], value_se
                     owner)
 
 
-class GroupedStream:
-    """A stream grouped by key. Aggregations are stateful: one key-value store each,
-    named after the operation, and every update is emitted downstream as the
-    table's new value for the key. Records with a ``None`` key are dropped (counted)."""
+class _Grouped:
+    """What both grouped builders hold: the parent node and the grouping serdes
+    (used for the repartition topic, if any, and the store's keys)."""
 
     def __init__(self, draft: TopologyDraft, parent: str, key_serde: Optional[Serde],
                  value_serde: Optional[Serde]) -> None:
@@ -27,6 +26,12 @@ class GroupedStream:
         self._parent = parent
         self._key_serde = key_serde or Json()
         self._value_serde = value_serde or Json()
+
+
+class GroupedStream(_Grouped):
+    """A stream grouped by key. Aggregations are stateful: one key-value store each,
+    named after the operation, and every update is emitted downstream as the
+    table's new value for the key. Records with a ``None`` key are dropped (counted)."""
 
     def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
                    aggregator: Optional[Callable], value_serde: Optional[Serde]) -> Table:
@@ -57,16 +62,9 @@ class GroupedStream:
         return self._aggregate(name, "aggregate", initializer, aggregator, value_serde)
 
 
-class GroupedTable:
+class GroupedTable(_Grouped):
     """A re-keyed table. Aggregations take an adder and a subtractor: when a row
     changes, its old value is subtracted from its old group and the new one added."""
-
-    def __init__(self, draft: TopologyDraft, parent: str, key_serde: Optional[Serde],
-                 value_serde: Optional[Serde]) -> None:
-        self._draft = draft
-        self._parent = parent
-        self._key_serde = key_serde or Json()
-        self._value_serde = value_serde or Json()
 
     def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
                    adder: Optional[Callable], subtractor: Optional[Callable],
