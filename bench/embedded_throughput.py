@@ -5,10 +5,13 @@ by page), then runs one in-process worker per scenario until the input is
 consumed and committed, verifies the output against a result computed directly
 from the input, and prints events/s (from worker start to its last commit):
 
-  (a) filter-map : filter(amount > 10) → map_values → to(topic)
-  (b) count      : group_by_key() → count() → to_stream() → to(topic)
+  filter-map          filter(amount > 10) → map_values → to(topic)
+  count               group_by_key().count() over 1,000 pages, in-memory store, every update emitted
+  count-rocksdb       the same over 100,000 keys on RocksDB, every update emitted (caching off)
+  count-rocksdb-eos   count-rocksdb under exactly_once
+  count-rocksdb-cache count-rocksdb with the record cache on (the default: fewer, coalesced outputs)
 
-Usage: python -m bench [--events 1000000] [--reps 1] [--only filter-map|count]
+Usage: python -m bench [--events 1000000] [--reps 1] [--only SCENARIO]
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import orjson
 
@@ -41,12 +44,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IDLE_EXIT = 0.3  # s of no input before the worker stops; subtracted from the timing
 
 
-def make_events(n: int, seed: int = 42) -> List[Tuple[bytes, bytes, int]]:
+def make_events(n: int, seed: int = 42, keys: int = PAGES) -> List[Tuple[bytes, bytes, int]]:
+    """Page views keyed by page (``keys`` distinct pages)."""
     rng = random.Random(seed)
     start = 1_700_000_000_000
     out = []
     for i in range(n):
-        page = f"page-{rng.randrange(PAGES)}"
+        page = f"page-{rng.randrange(keys)}"
         value = {"user": f"user-{rng.randrange(10_000)}", "page": page, "ts": start + i, "amount": rng.randrange(100)}
         out.append((page.encode(), orjson.dumps(value), start + i))
     return out
@@ -65,8 +69,8 @@ def filter_map_app() -> sk.App:
     return app
 
 
-def count_app() -> sk.App:
-    app = sk.App("bench-count")
+def count_app(store_backend: str = "memory", guarantee: str = "at_least_once", caching: bool = False) -> sk.App:
+    app = sk.App("bench-count", store_backend=store_backend, processing_guarantee=guarantee, caching=caching)
     events = app.topic("events", partitions=PARTITIONS)
 
     @app.topology
@@ -113,17 +117,44 @@ def expected_count(events) -> Dict[str, int]:
 
 
 def verify_count(transport: EmbeddedTransport, expected: Dict[str, int]) -> None:
+    """Every update emitted, in order, and the final counts right."""
+    got = _verify_final_counts(transport, expected)
+    assert len(got) == sum(expected.values()), f"count wrote {len(got)} updates, expected {sum(expected.values())}"
+
+
+def verify_cached_count(transport: EmbeddedTransport, expected: Dict[str, int]) -> None:
+    """Coalesced updates (at most one per key per commit), final counts right."""
+    got = _verify_final_counts(transport, expected)
+    assert len(got) <= sum(expected.values())
+
+
+def _verify_final_counts(transport: EmbeddedTransport, expected: Dict[str, int]) -> list:
     final: Dict[str, int] = {}
     got = read_topic(transport, "counts")
     for k, v in got:
         final[k.decode()] = orjson.loads(v)
-    assert len(got) == sum(expected.values()), f"count wrote {len(got)} updates, expected {sum(expected.values())}"
     assert final == expected, "final counts differ from the input's"
+    return got
 
 
-SCENARIOS: Dict[str, Tuple[Callable[[], sk.App], Callable, Callable]] = {
-    "filter-map": (filter_map_app, expected_filter_map, verify_filter_map),
-    "count": (count_app, expected_count, verify_count),
+class Scenario(NamedTuple):
+    make_app: Callable[[], sk.App]
+    expect: Callable
+    verify: Callable
+    keys: int = PAGES
+    floor: Optional[str] = None
+    """How the figure is judged: "<events/s>" or "<fraction>:<other scenario>"."""
+
+
+SCENARIOS: Dict[str, Scenario] = {
+    "filter-map": Scenario(filter_map_app, expected_filter_map, verify_filter_map, floor="150000"),
+    "count": Scenario(count_app, expected_count, verify_count, floor="100000"),
+    "count-rocksdb": Scenario(lambda: count_app("rocksdb"), expected_count, verify_count, 100_000,
+                              floor="0.6:count"),
+    "count-rocksdb-eos": Scenario(lambda: count_app("rocksdb", "exactly_once"), expected_count, verify_count,
+                                  100_000, floor="0.7:count-rocksdb"),
+    "count-rocksdb-cache": Scenario(lambda: count_app("rocksdb", caching=True), expected_count,
+                                    verify_cached_count, 100_000),
 }
 
 
@@ -141,7 +172,7 @@ def run_worker_process(name: str, directory: str) -> dict:
 def child(name: str, directory: str) -> None:
     """Entry point of the child: time one worker over the pre-produced input."""
     transport = EmbeddedTransport(directory)
-    worker = Worker(SCENARIOS[name][0](), transport, until_idle=IDLE_EXIT)
+    worker = Worker(SCENARIOS[name].make_app(), transport, until_idle=IDLE_EXIT)
     tune_gc_for_streaming()  # as `streamkit worker` does
     started = time.perf_counter()
     asyncio.run(worker.run())
@@ -162,11 +193,11 @@ def peak_rss_mib() -> float:
 
 def run_once(name: str, n_events: int) -> dict:
     """Produce, run the worker process, verify its output; return its figures."""
-    make_app, expect, verify = SCENARIOS[name]
+    make_app, expect, verify, keys, _floor = SCENARIOS[name]
     directory = tempfile.mkdtemp(prefix=f"sk-bench-{name}-")
     try:
         transport = EmbeddedTransport(directory)
-        events = make_events(n_events)
+        events = make_events(n_events, keys=keys)
         produce(transport, events)
         expected = expect(events)
         del events
@@ -182,6 +213,21 @@ def run_once(name: str, n_events: int) -> dict:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def judge(name: str, results: Dict[str, dict]) -> str:
+    floor = SCENARIOS[name].floor
+    if floor is None:
+        return "(no floor)"
+    rate = results[name]["events_per_second"]
+    if ":" not in floor:
+        return f"floor {int(floor):,}: {'ok' if rate >= int(floor) else 'BELOW FLOOR'}"
+    fraction, other = floor.split(":")
+    if other not in results:
+        return f"floor {float(fraction):.0%} of {other}: not measured in this run"
+    ratio = rate / results[other]["events_per_second"]
+    verdict = "ok" if ratio >= float(fraction) else "BELOW FLOOR"
+    return f"{ratio:.0%} of {other} (floor {float(fraction):.0%}: {verdict})"
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3])
@@ -191,8 +237,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--only", choices=sorted(SCENARIOS), default=None)
     args = parser.parse_args()
-    floors = {"filter-map": 150_000, "count": 100_000}
-    results = {}
+    results: Dict[str, dict] = {}
     print(f"embedded broker, {args.events:,} JSON events, {PARTITIONS} partitions, 1 worker process, "
           f"{os.cpu_count()} cores")
     for name in [args.only] if args.only else list(SCENARIOS):
@@ -201,9 +246,8 @@ def main() -> None:
         rate = statistics.median(rates)
         peak = max(r["peak_rss_mib"] for r in runs)
         results[name] = {"events_per_second": rate, "reps": rates, "worker_peak_rss_mib": peak}
-        verdict = "ok" if rate >= floors[name] else "BELOW FLOOR"
-        print(f"  {name:<11} {rate:>10,.0f} events/s  worker peak RSS {peak:,.0f} MiB  "
-              f"(floor {floors[name]:,}: {verdict}; reps: {', '.join(f'{r:,.0f}' for r in rates)})")
+        print(f"  {name:<20} {rate:>10,.0f} events/s  worker peak RSS {peak:>5,.0f} MiB  "
+              f"{judge(name, results)}  (reps: {', '.join(f'{r:,.0f}' for r in rates)})")
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     path = os.path.join(ROOT, "bench", "results", "embedded_throughput.json")
     with open(path, "w") as f:

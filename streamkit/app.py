@@ -29,6 +29,7 @@ from .errors import ConfigError, TopologyError
 from .processor import ProcessorContext, ProcessorDefinition, define_processor
 from .runtime.error_policy import check_handler
 from .serdes import Json, Serde, String
+from .state.task_stores import BACKENDS
 from .stores import StoreSpec
 from .topics import TopicSpec
 from .topology import Topology
@@ -46,24 +47,34 @@ class App:
     ``broker`` is ``"embedded:///path"`` (the default: ``./.streamkit``) or
     ``"kafka://host:port,..."``; ``--broker`` and ``STREAMKIT_BROKER`` override it
     when running a worker. The app id names the consumer group and prefixes
-    internal topics (``<app-id>-<node>-repartition``, ``<app-id>-dlq``).
+    internal topics (``<app-id>-<node>-repartition``, ``<app-id>-<store>-changelog``,
+    ``<app-id>-dlq``).
+
+    State: ``store_backend`` is ``"rocksdb"`` (default for workers; one instance per
+    store and task under ``state_dir``, default ``<embedded dir>/state/<app-id>``)
+    or ``"memory"``. Writes are buffered per commit (at most ``cache_max_bytes``
+    before an early commit); with ``caching`` on, aggregations forward the latest
+    value per key per commit instead of every update.
     """
 
     def __init__(self, app_id: str, *, broker: Optional[str] = None,
                  processing_guarantee: str = "at_least_once",
-                 commit_interval: timedelta = timedelta(seconds=1),
+                 commit_interval: Optional[timedelta] = None,
                  default_key_serde: Serde = String(), default_value_serde: Serde = Json(),
                  deserialization_error_handler: str = "fail", processing_error_handler: str = "fail",
-                 state_dir: Optional[str] = None) -> None:
+                 state_dir: Optional[str] = None, store_backend: str = "rocksdb", caching: bool = True,
+                 cache_max_bytes: int = 10 * 1024 * 1024) -> None:
         if not isinstance(app_id, str) or not _APP_ID.match(app_id):
             raise ConfigError(f"app id {app_id!r} is invalid: use 1-200 of the characters [A-Za-z0-9._-]")
         if processing_guarantee not in GUARANTEES:
             raise ConfigError(f"processing_guarantee={processing_guarantee!r}: use one of {', '.join(GUARANTEES)}")
-        if processing_guarantee == "exactly_once":
-            raise ConfigError("processing_guarantee='exactly_once' is not available yet in this release; "
-                              "use 'at_least_once'")
-        if not isinstance(commit_interval, timedelta) or commit_interval <= timedelta(0):
+        if commit_interval is not None and (not isinstance(commit_interval, timedelta)
+                                            or commit_interval <= timedelta(0)):
             raise ConfigError(f"commit_interval must be a positive timedelta, got {commit_interval!r}")
+        if store_backend not in BACKENDS:
+            raise ConfigError(f"store_backend={store_backend!r}: use one of {', '.join(BACKENDS)}")
+        if not isinstance(cache_max_bytes, int) or cache_max_bytes < 0:
+            raise ConfigError(f"cache_max_bytes must be a non-negative int, got {cache_max_bytes!r}")
         self.id = app_id
         self.broker = broker
         self.processing_guarantee = processing_guarantee
@@ -74,6 +85,9 @@ class App:
                                                            "deserialization_error_handler")
         self.processing_error_handler = check_handler(processing_error_handler, "processing_error_handler")
         self.state_dir = state_dir
+        self.store_backend = store_backend
+        self.caching = caching
+        self.cache_max_bytes = cache_max_bytes
         self._topics: Dict[str, TopicSpec] = {}
         self._topology_fns: List[Callable[[StreamsBuilder], None]] = []
         self._topology: Optional[Topology] = None
@@ -133,6 +147,14 @@ class App:
     def describe(self, format: str = "text") -> str:
         """The topology as text (sub-topologies, sources, processors, stores, sinks) or mermaid."""
         return self.build().describe(format)
+
+    def effective_commit_interval(self, guarantee: Optional[str] = None) -> timedelta:
+        """The commit interval: as set, else 1 s (at_least_once) or 100 ms (exactly_once,
+        where it bounds how late downstream readers see committed results)."""
+        if self.commit_interval is not None:
+            return self.commit_interval
+        exactly_once = (guarantee or self.processing_guarantee) == "exactly_once"
+        return timedelta(milliseconds=100) if exactly_once else timedelta(seconds=1)
 
     def resolve_broker(self, override: Optional[str] = None) -> str:
         """``override`` (``--broker``), else ``$STREAMKIT_BROKER``, else the app's, else embedded."""

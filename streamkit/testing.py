@@ -6,7 +6,8 @@ error handlers); only the transport differs. Where it differs from production:
 - every topic has one partition, so the topology has one task per sub-topology;
 - each piped record is processed to completion at once, including records it
   sends through repartition topics (a commit per record);
-- every update is emitted (no caching), and the wall clock is manual
+- every update is emitted (no caching), stores are in memory, nothing is
+  changelogged, and the wall clock is manual
   (:meth:`TopologyTestDriver.advance_wall_clock`).
 
 >>> import streamkit as sk
@@ -30,7 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .app import App
 from .errors import StreamkitError
-from .runtime.assembly import create_task
+from .runtime.assembly import TaskSettings, create_task
 from .runtime.collector import RecordCollector
 from .runtime.task import Task
 from .serdes import Serde
@@ -67,13 +68,14 @@ class TopologyTestDriver:
         self._outputs: Dict[str, List[Tuple[int, Optional[bytes], Optional[bytes], int, Headers]]] = {}
         partitions = {topic: 1 for topic in self.topology.topics}
         partitions[f"{app.id}-dlq"] = 1
+        settings = TaskSettings(deserialization_error_handler=app.deserialization_error_handler,
+                                processing_error_handler=app.processing_error_handler,
+                                store_backend="memory", caching=False)
         self._tasks: Dict[str, Task] = {}
         self._task_of_topic: Dict[str, Task] = {}
         for sub in self.topology.sub_topologies:
             task = create_task(self.topology, sub, 0, partitions=partitions, collector=self._collector,
-                               wall_clock=lambda: self._wall_clock,
-                               deserialization_error_handler=app.deserialization_error_handler,
-                               processing_error_handler=app.processing_error_handler)
+                               wall_clock=lambda: self._wall_clock, settings=settings)
             self._tasks[task.id] = task
             for topic in sub.source_topics:
                 self._task_of_topic[topic] = task
@@ -110,6 +112,8 @@ class TopologyTestDriver:
                     self._deliver(out_topic, records)
         finally:
             self._collector.discard()
+            for task in self._tasks.values():  # a commit after every record
+                task.store_set.persist({})
 
     def _deliver(self, topic: str, records: Sequence[Tuple[Optional[bytes], Optional[bytes], int, Headers]]) -> None:
         base = self._offsets.get(topic, 0)

@@ -36,16 +36,18 @@ def render(data: Optional[bytes]) -> object:
 @click.option("--max", "max_records", type=click.IntRange(min=1), default=None, help="Exit after N records.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Exit after no record arrived for this long (default: wait forever).")
+@click.option("--read-uncommitted", is_flag=True,
+              help="Also show records of open and aborted transactions (default: committed only).")
 @broker_option
 def consume(topic: str, group: Optional[str], from_beginning: bool, max_records: Optional[int],
-            timeout: Optional[float], broker: Optional[str]) -> None:
+            timeout: Optional[float], read_uncommitted: bool, broker: Optional[str]) -> None:
     """Print TOPIC's records as JSON lines: key, value, partition, offset, timestamp."""
     count = None
     with connected(broker) as transport:
         meta = require_topic(transport, topic)
         try:
             count = asyncio.run(_consume(transport, topic, meta.partitions, group, from_beginning,
-                                         max_records, timeout))
+                                         max_records, timeout, not read_uncommitted))
         except KeyboardInterrupt:
             pass
     if count is not None:
@@ -53,8 +55,8 @@ def consume(topic: str, group: Optional[str], from_beginning: bool, max_records:
 
 
 async def _consume(transport, topic: str, partitions: int, group: Optional[str], from_beginning: bool,
-                   max_records: Optional[int], timeout: Optional[float]) -> int:
-    consumer = transport.consumer(group or "streamkit-console")
+                   max_records: Optional[int], timeout: Optional[float], read_committed: bool) -> int:
+    consumer = transport.consumer(group or "streamkit-console", read_committed=read_committed)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     positions = consumer.committed(tps) if group else {}
     for tp in tps:

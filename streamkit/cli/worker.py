@@ -20,12 +20,18 @@ log = logging.getLogger("streamkit.cli")
 @broker_option
 @click.option("--until-idle", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Commit and exit after no input arrived for this long.")
-def worker(app_spec: str, broker: Optional[str], until_idle: Optional[float]) -> None:
+@click.option("--guarantee", type=click.Choice(["at_least_once", "exactly_once"]), default=None,
+              help="Processing guarantee (default: the app's processing_guarantee).")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the tasks' RocksDB stores live (default: the app's state_dir, else "
+                   "<embedded dir>/state/<app-id>).")
+def worker(app_spec: str, broker: Optional[str], until_idle: Optional[float], guarantee: Optional[str],
+           state_dir: Optional[str]) -> None:
     """Run APP (module or module:attribute) until stopped (Ctrl-C / SIGTERM commit first)."""
     app = load_app(app_spec)
     url = app.resolve_broker(broker)
     try:
-        totals = run_worker(app, broker=url, until_idle=until_idle)
+        totals = run_worker(app, broker=url, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir)
     except RecordError as exc:
         log.error("worker stopped: %s", exc)
         raise click.ClickException(f"{exc} (offsets are committed only up to before this record)") from None

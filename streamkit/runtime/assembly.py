@@ -1,20 +1,35 @@
 """Builds tasks from a topology: shared by the worker and the test driver."""
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional
 
-from ..state.factory import open_task_stores
+from ..state.task_stores import open_task_stores
 from ..topology import Topology
 from ..topology.model import SubTopology
 from .collector import RecordCollector
-from .task import Task
+from .task import Task, task_id
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """How a worker (or the test driver) runs its tasks."""
+
+    deserialization_error_handler: str = "fail"
+    processing_error_handler: str = "fail"
+    store_backend: str = "memory"
+    state_dir: Optional[str] = None
+    caching: bool = False
+    """Forward the latest value per key per commit instead of every update."""
 
 
 def create_task(topology: Topology, sub: SubTopology, partition: int, *, partitions: Mapping[str, int],
-                collector: RecordCollector, wall_clock: Callable[[], int],
-                deserialization_error_handler: str, processing_error_handler: str) -> Task:
-    """A ready-to-run task with fresh stores for ``sub`` on ``partition``."""
-    stores = open_task_stores(topology.stores[name] for name in sub.store_names)
+                collector: RecordCollector, wall_clock: Callable[[], int], settings: TaskSettings) -> Task:
+    """A ready-to-run task for ``sub`` on ``partition`` with its stores opened (not yet restored)."""
+    stores = open_task_stores((topology.stores[name] for name in sub.store_names), app_id=topology.app_id,
+                              task_id=task_id(sub.id, partition), partition=partition,
+                              backend=settings.store_backend, state_dir=settings.state_dir)
     return Task(topology, sub, partition, stores=stores, collector=collector, partitions=partitions,
-                wall_clock=wall_clock, deserialization_error_handler=deserialization_error_handler,
-                processing_error_handler=processing_error_handler)
+                wall_clock=wall_clock, caching=settings.caching,
+                deserialization_error_handler=settings.deserialization_error_handler,
+                processing_error_handler=settings.processing_error_handler)

@@ -227,11 +227,21 @@ def compile_process(node: ir.ProcessNode, downstream: Downstream, env: CompileEn
     return process
 
 
+def _forward_on_flush(store: Any, downstream: Downstream, env: CompileEnv) -> bool:
+    """With caching on, a stateful node forwards each key once per commit, when its store
+    is flushed; returns whether it must forward each update itself instead."""
+    if not env.task.caching:
+        return True
+    store.on_flush(lambda key, new, old, timestamp: downstream(key, ir.Change(new, old), timestamp))
+    return False
+
+
 def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
     """count/reduce/aggregate. A result's timestamp is the largest of its inputs' (so a
     late record never moves it back); records with a None key or value are skipped."""
     task = env.task
     store = task.stores[node.store]
+    forward_each = _forward_on_flush(store, downstream, env)
     serialize_key, get, put = store.serialize_key, store.get_serialized, store.put_serialized
     metrics = task.metrics
     name = node.name
@@ -269,7 +279,8 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
         except Exception as exc:
             raise _user_error(name, exc) from exc
         put(key_bytes, new, timestamp)
-        downstream(key, ir.Change(new, old), timestamp)
+        if forward_each:
+            downstream(key, ir.Change(new, old), timestamp)
     return aggregate
 
 
@@ -277,6 +288,7 @@ def compile_table_source(node: ir.TableSourceNode, downstream: Downstream, env: 
     store = env.task.stores[node.store]
     get, put = store.get, store.put_with_timestamp
     metrics = env.task.metrics
+    forward_each = _forward_on_flush(store, downstream, env)
 
     def table_source(key: Any, value: Any, timestamp: int) -> None:
         if key is None:
@@ -286,7 +298,8 @@ def compile_table_source(node: ir.TableSourceNode, downstream: Downstream, env: 
         if old is None and value is None:
             return
         put(key, value, timestamp)
-        downstream(key, ir.Change(value, old), timestamp)
+        if forward_each:
+            downstream(key, ir.Change(value, old), timestamp)
     return table_source
 
 
@@ -369,6 +382,7 @@ def compile_table_aggregate(node: ir.TableAggregateNode, downstream: Downstream,
     get, put = store.get_with_timestamp, store.put_with_timestamp
     metrics = task.metrics
     name, operation = node.name, node.operation
+    forward_each = _forward_on_flush(store, downstream, env)
     initializer, adder, subtractor = node.initializer, node.adder, node.subtractor
 
     def combine(key: Any, agg: Any, value: Any, adding: bool) -> Any:
@@ -400,7 +414,8 @@ def compile_table_aggregate(node: ir.TableAggregateNode, downstream: Downstream,
         if change.new is not None:
             new = combine(key, new, change.new, True)
         put(key, new, timestamp)
-        downstream(key, ir.Change(new, old), timestamp)
+        if forward_each:
+            downstream(key, ir.Change(new, old), timestamp)
     return table_aggregate
 
 

@@ -25,7 +25,7 @@ class TaskContext:
 
     def __init__(self, *, app_id: str, task_id: str, partition: int, stores: Mapping[str, KeyValueStore],
                  collector: RecordCollector, partitions: Mapping[str, int],
-                 wall_clock: Callable[[], int], metrics: TaskMetrics) -> None:
+                 wall_clock: Callable[[], int], metrics: TaskMetrics, caching: bool = False) -> None:
         self.app_id = app_id
         self.task_id = task_id
         self.partition = partition
@@ -34,6 +34,8 @@ class TaskContext:
         self.partitions = partitions
         self.wall_clock = wall_clock
         self.metrics = metrics
+        self.caching = caching
+        """DSL aggregations forward the latest value per key per commit (else every update)."""
         self.topic: Optional[str] = None
         self.record: Optional[RawRecord] = None
         self.stream_time: int = -1

@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from ..errors import UserFunctionError
 from ..processor import Punctuation
+from ..state.task_stores import TaskStores
 from ..stores import KeyValueStore
 from ..topology import Topology
 from ..topology.model import SubTopology
@@ -37,17 +38,18 @@ class Task:
     """
 
     def __init__(self, topology: Topology, sub: SubTopology, partition: int, *,
-                 stores: Mapping[str, KeyValueStore], collector: RecordCollector,
-                 partitions: Mapping[str, int], wall_clock: Callable[[], int],
+                 stores: TaskStores, collector: RecordCollector,
+                 partitions: Mapping[str, int], wall_clock: Callable[[], int], caching: bool = False,
                  deserialization_error_handler: str = "fail", processing_error_handler: str = "fail") -> None:
         self.id = task_id(sub.id, partition)
         self.sub_topology = sub
         self.partition = partition
         self.metrics = TaskMetrics()
-        self.stores = dict(stores)
+        self.store_set = stores
+        self.stores: Dict[str, KeyValueStore] = stores.by_name
         self.context = TaskContext(app_id=topology.app_id, task_id=self.id, partition=partition,
                                    stores=self.stores, collector=collector, partitions=partitions,
-                                   wall_clock=wall_clock, metrics=self.metrics)
+                                   wall_clock=wall_clock, metrics=self.metrics, caching=caching)
         dlq = f"{topology.app_id}-dlq"
         self.errors = ErrorPolicy(deserialization=deserialization_error_handler,
                                   processing=processing_error_handler, dlq_topic=dlq,

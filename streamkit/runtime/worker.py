@@ -8,16 +8,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import time
+import uuid
 from typing import Dict, Optional
 
-from ..app import App
+from ..app import GUARANTEES, App
+from ..errors import ConfigError
+from ..state.restore import restore_task_stores
 from ..topology.passes import tasks_of
 from ..transport.base import Consumer, Membership, Producer, TopicPartition, Transport
 from ..transport.factory import open_transport
-from .assembly import create_task
+from .assembly import TaskSettings, create_task
 from .collector import RecordCollector
+from ..faults import crash_point
 from .metrics import TaskMetrics
 from .task import Task, task_id
 from .topics_setup import prepare_topics
@@ -32,10 +37,22 @@ PROGRESS_INTERVAL = 30.0  # s between progress log lines
 class Worker:
     """Runs an app's tasks on a transport until stopped, idle, or failed."""
 
-    def __init__(self, app: App, transport: Transport, *, until_idle: Optional[float] = None) -> None:
+    def __init__(self, app: App, transport: Transport, *, until_idle: Optional[float] = None,
+                 guarantee: Optional[str] = None, state_dir: Optional[str] = None) -> None:
         self.app = app
         self.transport = transport
         self.until_idle = until_idle
+        self.guarantee = guarantee or app.processing_guarantee
+        if self.guarantee not in GUARANTEES:
+            raise ConfigError(f"processing guarantee {self.guarantee!r}: use one of {', '.join(GUARANTEES)}")
+        self.exactly_once = self.guarantee == "exactly_once"
+        self.commit_interval = app.effective_commit_interval(self.guarantee).total_seconds()
+        self.settings = TaskSettings(
+            deserialization_error_handler=app.deserialization_error_handler,
+            processing_error_handler=app.processing_error_handler,
+            store_backend=app.store_backend,
+            state_dir=state_dir or app.state_dir or default_state_dir(transport, app.id),
+            caching=app.caching)
         self.topology = app.build()
         self.collector = RecordCollector()
         self.tasks: Dict[str, Task] = {}
@@ -43,9 +60,13 @@ class Worker:
         self._stopping = False
         self._waiting_logged = False
         self.totals = TaskMetrics()
+        self.restored: Dict[str, Dict[str, int]] = {}
+        """Records replayed per task and store at start (or takeover)."""
         self._consumer: Optional[Consumer] = None
+        self._restore_consumer: Optional[Consumer] = None
         self._producer: Optional[Producer] = None
         self._membership: Optional[Membership] = None
+        self._changelog_ends: Dict[TopicPartition, int] = {}
 
     def stop(self) -> None:
         """Ask the loop to commit and exit (safe to call from a signal handler)."""
@@ -56,29 +77,34 @@ class Worker:
         with_dlq = "dead_letter" in (app.deserialization_error_handler, app.processing_error_handler)
         self.partitions = prepare_topics(topology, self.transport.admin, with_dlq=with_dlq)
         self._all_tasks = [task_id(s, p) for s, p in tasks_of(topology, self.partitions)]
-        self._consumer = self.transport.consumer(app.id)
-        self._producer = self.transport.producer()
+        self._consumer = self.transport.consumer(app.id, read_committed=True)
+        self._restore_consumer = self.transport.consumer(f"{app.id}-restore", read_committed=True)
+        transactional_id = f"{app.id}-{uuid.uuid4().hex[:12]}" if self.exactly_once else None
+        self._producer = self.transport.producer(transactional_id=transactional_id)
         self._membership = self.transport.membership(app.id)
-        log.info("worker for app %s on %s: %d task(s) in the group", app.id, self.transport.url,
-                 len(self._all_tasks))
+        log.info("worker for app %s on %s: %d task(s) in the group, %s, state in %s", app.id,
+                 self.transport.url, len(self._all_tasks), self.guarantee, self.settings.state_dir)
         try:
+            if self.exactly_once:
+                await self._producer.begin_transaction()
             await self._loop()
+            await self._commit()
         except BaseException:
-            self._abandon()
+            await self._abandon()
             raise
-        await self._commit()
         self._close_tasks()
 
     async def _loop(self) -> None:
         """Until stopped: take free tasks, fetch, process, send outputs, commit on time."""
         now = time.monotonic()
-        next_commit = now + self.app.commit_interval.total_seconds()
+        next_commit = now + self.commit_interval
         next_rebalance = now
         self._progress = _Progress(now)
         idle_since: Optional[float] = now  # start of the current run of empty fetches
+        cache_limit = self.app.cache_max_bytes
         while not self._stopping:
             if time.monotonic() >= next_rebalance:
-                if self._take_free_tasks():
+                if await self._take_free_tasks():
                     idle_since = time.monotonic()  # new work restarts the --until-idle clock
                 next_rebalance = time.monotonic() + REBALANCE_INTERVAL
             fetch_started = time.monotonic()
@@ -90,9 +116,10 @@ class Worker:
                 task.punctuate_wall_clock()
             await self._send_outputs()
             now = time.monotonic()
-            if now >= next_commit:
+            buffered = sum(task.store_set.pending_bytes for task in self.tasks.values())
+            if now >= next_commit or buffered > cache_limit:
                 await self._commit()
-                next_commit = now + self.app.commit_interval.total_seconds()
+                next_commit = time.monotonic() + self.commit_interval
             self._progress.maybe_log(now, self.tasks)
             # Idle means fetches found nothing for that long (slow commits do not count).
             if self.until_idle is not None and idle_since is not None and now - idle_since >= self.until_idle:
@@ -111,27 +138,36 @@ class Worker:
             lookup[TopicPartition(batch.topic, batch.partition)].process(batch.topic, batch.records)
         return bool(batches)
 
-    def _take_free_tasks(self) -> int:
-        """Take over tasks nobody owns (at start, or after another worker exited); return how many."""
+    async def _take_free_tasks(self) -> int:
+        """Take over tasks nobody owns (at start, or after another worker exited), restore
+        their stores, and start reading their inputs; return how many were taken."""
         assert self._membership is not None and self._consumer is not None
         taken = self._membership.acquire([t for t in self._all_tasks if t not in self.tasks])
         if not taken and not self.tasks and not self._waiting_logged:
             log.warning("all %d task(s) of app %s are owned by other workers (%s); waiting",
                         len(self._all_tasks), self.app.id, self._owners())
             self._waiting_logged = True
+        if taken:
+            # A dead owner's last transaction decides what its tasks' changelogs and
+            # offsets hold: settle it before restoring or reading committed offsets.
+            resolved = self.transport.resolve_abandoned_transactions()
+            if resolved:
+                log.info("settled %d transaction(s) left by a stopped worker", resolved)
         for tid in taken:
             sub_id, partition = (int(x) for x in tid.split("_"))
             sub = self.topology.sub_topologies[sub_id]
             task = create_task(self.topology, sub, partition, partitions=self.partitions,
                                collector=self.collector, wall_clock=lambda: int(time.time() * 1000),
-                               deserialization_error_handler=self.app.deserialization_error_handler,
-                               processing_error_handler=self.app.processing_error_handler)
+                               settings=self.settings)
+            self.tasks[tid] = task
+            assert self._restore_consumer is not None
+            self.restored[tid] = dict(await restore_task_stores(tid, task.store_set, self._restore_consumer,
+                                                                 self.transport.admin))
             inputs = task.input_partitions
             positions = self._consumer.committed(inputs)
             self._consumer.assign(inputs, positions)
             for tp in inputs:
                 self._task_of_partition[tp] = task
-            self.tasks[tid] = task
             log.info("task %s started at %s", tid,
                      ", ".join(f"{tp.topic}[{tp.partition}]@{positions.get(tp, 'earliest')}" for tp in inputs))
         return len(taken)
@@ -145,28 +181,67 @@ class Worker:
         batches = self.collector.drain()
         if batches:
             assert self._producer is not None
-            await self._producer.send(batches)
+            ends = await self._producer.send(batches)
+            self._changelog_ends.update(ends)
 
     async def _commit(self) -> None:
-        """Commit, in order: 1. flush stores; 2. send buffered outputs; 3. make them durable
-        (producer flush); 4. commit the input offsets of every task."""
-        assert self._producer is not None and self._consumer is not None
-        # Step 1: in-memory stores have nothing to flush (changelogged stores will).
-        # Step 2.
-        await self._send_outputs()
-        # Step 3.
-        await self._producer.flush()
-        # Step 4.
-        offsets = {}
-        for task in self.tasks.values():
-            offsets.update(task.positions)
-        await self._consumer.commit(offsets)
+        """Commit every task. Under exactly_once, a crash at any point is safe:
 
-    def _abandon(self) -> None:
-        """After a failure: drop uncommitted output, commit nothing, free the tasks."""
+        1. Flush the record caches: forward each key's latest value downstream.
+        2. Write one changelog record per key each store changed since the last commit.
+        3. Send all buffered output and changelog records (inside the transaction).
+        4. exactly_once: commit the transaction with the tasks' input offsets: outputs,
+           changelogs and offsets become visible together. A crash before this point
+           aborts it all and the stores were never touched. at_least_once: make the
+           outputs durable, then commit the input offsets.
+        5. Apply each store's buffered writes to RocksDB in one batch with the changelog
+           offset it now reflects. A crash before this leaves RocksDB one commit behind
+           its changelog, and restore replays just that tail.
+        """
+        assert self._producer is not None and self._consumer is not None
+        tasks = list(self.tasks.values())
+        # Step 1.
+        for task in tasks:
+            task.store_set.flush()
+        # Step 2.
+        for task in tasks:
+            for topic, partition, records in task.store_set.changelog_batches(max(task.stream_time, 0)):
+                self.collector.buffers_for(topic, partition + 1)[partition].extend(records)
+        # Step 3.
+        crash_point("commit.before_send")
+        await self._send_outputs()
+        crash_point("commit.after_send")
+        offsets = {}
+        for task in tasks:
+            offsets.update(task.positions)
+        # Step 4.
+        if self.exactly_once:
+            await self._producer.commit_transaction(self.app.id, offsets)
+        else:
+            await self._producer.flush()
+            await self._consumer.commit(offsets)
+        crash_point("commit.after_transaction")
+        # Step 5.
+        ends, self._changelog_ends = self._changelog_ends, {}
+        for task in tasks:
+            task.store_set.persist(ends)
+        crash_point("commit.after_persist")
+        if self.exactly_once:
+            await self._producer.begin_transaction()
+
+    async def _abandon(self) -> None:
+        """After a failure: drop uncommitted output and store writes, abort the open
+        transaction, commit nothing, free the tasks."""
         dropped = self.collector.discard()
         if dropped:
             log.info("dropped %d uncommitted output record(s); they will be produced again on restart", dropped)
+        for task in self.tasks.values():
+            task.store_set.discard()
+        if self.exactly_once and self._producer is not None:
+            try:
+                await self._producer.abort_transaction()
+            except Exception as exc:  # noqa: BLE001 - the next owner aborts it anyway
+                log.warning("could not abort the open transaction (%s); it is aborted on the next start", exc)
         self._close_tasks()
 
     def _close_tasks(self) -> None:
@@ -174,14 +249,21 @@ class Worker:
             self.totals.add(task.metrics)
             if self._consumer is not None:
                 self._consumer.unassign(task.input_partitions)
+            task.store_set.close()
             if self._membership is not None:
                 self._membership.release(tid)
         self.tasks.clear()
         self._task_of_partition.clear()
-        if self._consumer is not None:
-            self._consumer.close()
-        if self._producer is not None:
-            self._producer.close()
+        for client in (self._consumer, self._restore_consumer, self._producer):
+            if client is not None:
+                client.close()
+        self._consumer = self._restore_consumer = self._producer = None
+
+
+def default_state_dir(transport: Transport, app_id: str) -> str:
+    """``<embedded dir>/state/<app-id>``, or ``.streamkit/state/<app-id>`` for other brokers."""
+    base = getattr(transport, "directory", None) or ".streamkit"
+    return os.path.join(base, "state", app_id)
 
 
 def tune_gc_for_streaming() -> None:
@@ -198,11 +280,12 @@ def tune_gc_for_streaming() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-def run_worker(app: App, *, broker: str, until_idle: Optional[float] = None) -> TaskMetrics:
+def run_worker(app: App, *, broker: str, until_idle: Optional[float] = None, guarantee: Optional[str] = None,
+               state_dir: Optional[str] = None) -> TaskMetrics:
     """Run a worker in this process until SIGINT/SIGTERM, ``until_idle``, or an error."""
     tune_gc_for_streaming()
     transport = open_transport(broker)
-    worker = Worker(app, transport, until_idle=until_idle)
+    worker = Worker(app, transport, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

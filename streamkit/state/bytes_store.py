@@ -1,31 +1,31 @@
-"""The innermost layer of a store: keys and values as bytes."""
+"""The persistent layer of a store: keys and values as bytes, plus the changelog
+offset the contents reflect (written atomically with the data)."""
 from __future__ import annotations
 
 import abc
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, Mapping, Optional, Tuple
 
 
 class BytesStore(abc.ABC):
-    """Ordered bytes → bytes map, the layer a RocksDB or memory store implements."""
+    """Ordered bytes → bytes map (RocksDB or memory) that is written in batches."""
 
     @abc.abstractmethod
     def get(self, key: bytes) -> Optional[bytes]: ...
-
-    @abc.abstractmethod
-    def put(self, key: bytes, value: bytes) -> None: ...
-
-    @abc.abstractmethod
-    def delete(self, key: bytes) -> None: ...
 
     @abc.abstractmethod
     def range(self, start: Optional[bytes], end: Optional[bytes]) -> Iterator[Tuple[bytes, bytes]]:
         """Entries with start <= key <= end in byte order (None = open end)."""
 
     @abc.abstractmethod
-    def __len__(self) -> int: ...
+    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int]) -> None:
+        """Write ``entries`` (None deletes) and record ``changelog_offset``, all or nothing."""
 
-    def flush(self) -> None:
-        """Make written entries durable (no-op for memory)."""
+    @abc.abstractmethod
+    def changelog_offset(self) -> Optional[int]:
+        """The changelog offset the contents reflect (the next one to replay), if known."""
+
+    @abc.abstractmethod
+    def approximate_len(self) -> int: ...
 
     def close(self) -> None:
         """Release resources."""

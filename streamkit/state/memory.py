@@ -2,29 +2,38 @@
 from __future__ import annotations
 
 import bisect
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .bytes_store import BytesStore
 
 
 class InMemoryBytesStore(BytesStore):
-    """For tests and small state; lost with the process (the changelog restores it)."""
+    """For tests and small state. Lost with the process: a worker restores it from
+    the changelog's start."""
 
     def __init__(self) -> None:
         self._data: Dict[bytes, bytes] = {}
         self._sorted: Optional[List[bytes]] = None
+        self._offset: Optional[int] = None
 
     def get(self, key: bytes) -> Optional[bytes]:
         return self._data.get(key)
 
-    def put(self, key: bytes, value: bytes) -> None:
-        if self._sorted is not None and key not in self._data:
-            self._sorted = None
-        self._data[key] = value
+    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int]) -> None:
+        data = self._data
+        for key, value in entries.items():
+            if value is None:
+                if data.pop(key, None) is not None:
+                    self._sorted = None
+            else:
+                if self._sorted is not None and key not in data:
+                    self._sorted = None
+                data[key] = value
+        if changelog_offset is not None:
+            self._offset = changelog_offset
 
-    def delete(self, key: bytes) -> None:
-        if self._data.pop(key, None) is not None:
-            self._sorted = None
+    def changelog_offset(self) -> Optional[int]:
+        return self._offset
 
     def range(self, start: Optional[bytes], end: Optional[bytes]) -> Iterator[Tuple[bytes, bytes]]:
         if self._sorted is None:
@@ -33,11 +42,10 @@ class InMemoryBytesStore(BytesStore):
         lo = 0 if start is None else bisect.bisect_left(keys, start)
         hi = len(keys) if end is None else bisect.bisect_right(keys, end)
         data = self._data
-        # Snapshot the slice so writes during iteration cannot break it.
-        for key in keys[lo:hi]:
+        for key in keys[lo:hi]:  # a snapshot of the slice: writes during iteration are safe
             value = data.get(key)
             if value is not None:
                 yield key, value
 
-    def __len__(self) -> int:
+    def approximate_len(self) -> int:
         return len(self._data)

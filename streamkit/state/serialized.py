@@ -5,13 +5,13 @@ from typing import Any, Iterator, Optional, Tuple
 
 from ..serdes import Serde
 from ..stores import KeyValueStore
-from .bytes_store import BytesStore
+from .write_buffer import WriteBuffer
 
 
 class SerializedKeyValueStore(KeyValueStore):
-    """A :class:`KeyValueStore` over a :class:`BytesStore`."""
+    """A :class:`KeyValueStore` over a task's :class:`WriteBuffer` of the store."""
 
-    def __init__(self, name: str, inner: BytesStore, key_serde: Serde, value_serde: Serde) -> None:
+    def __init__(self, name: str, inner: WriteBuffer, key_serde: Serde, value_serde: Serde) -> None:
         self.name = name
         self.inner = inner
         self._kser = key_serde.serialize
@@ -52,7 +52,7 @@ class SerializedKeyValueStore(KeyValueStore):
             yield kdes(raw_key), vdes(raw_value)
 
     def approximate_num_entries(self) -> int:
-        return len(self.inner)
+        return self.inner.approximate_len()
 
     def __repr__(self) -> str:
-        return f"<KeyValueStore {self.name!r} entries={len(self.inner)}>"
+        return f"<KeyValueStore {self.name!r} entries~{self.inner.approximate_len()}>"

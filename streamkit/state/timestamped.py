@@ -8,11 +8,11 @@ values only.
 from __future__ import annotations
 
 import struct
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from ..serdes import Serde
-from .bytes_store import BytesStore
 from .serialized import SerializedKeyValueStore
+from .write_buffer import WriteBuffer
 
 _TIMESTAMP = struct.Struct(">q")
 _NO_TIMESTAMP = _TIMESTAMP.pack(-1)
@@ -21,7 +21,7 @@ _NO_TIMESTAMP = _TIMESTAMP.pack(-1)
 class TimestampedKeyValueStore(SerializedKeyValueStore):
     """Stores ``<8-byte big-endian timestamp><value bytes>`` per key."""
 
-    def __init__(self, name: str, inner: BytesStore, key_serde: Serde, value_serde: Serde) -> None:
+    def __init__(self, name: str, inner: WriteBuffer, key_serde: Serde, value_serde: Serde) -> None:
         super().__init__(name, inner, key_serde, value_serde)
         value_serialize, value_deserialize = value_serde.serialize, value_serde.deserialize
         self._value_serialize = value_serialize
@@ -53,3 +53,20 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
             self.inner.delete(key)
         else:
             self.inner.put(key, _TIMESTAMP.pack(timestamp) + self._value_serialize(value))
+
+    def decode(self, raw: Optional[bytes]) -> Tuple[Any, int]:
+        """``(value, timestamp)`` of a stored value; ``(None, -1)`` for None."""
+        if raw is None:
+            return None, -1
+        return self._value_deserialize(raw[8:]), _TIMESTAMP.unpack_from(raw)[0]
+
+    def on_flush(self, listener: Callable[[Any, Any, Any, int], None]) -> None:
+        """Call ``listener(key, new_value, old_value, timestamp)`` for each key written
+        since the last commit, when the commit flushes the store (the record cache)."""
+        key_deserialize, decode = self._kdes, self.decode
+
+        def raw_listener(key: bytes, new: Optional[bytes], old: Optional[bytes]) -> None:
+            new_value, timestamp = decode(new)
+            old_value, old_timestamp = decode(old)
+            listener(key_deserialize(key), new_value, old_value, timestamp if new is not None else old_timestamp)
+        self.inner.flush_listeners.append(raw_listener)

@@ -38,7 +38,7 @@ def describe_text(topology: Topology) -> str:
         lines.append("  Stores:")
         for name, spec in topology.stores.items():
             log = (f"changelog: {topology.changelog_topic(name)}" if spec.changelog
-                   else "no changelog (rebuilt from input on loss)")
+                   else "no changelog: rebuilt from the input topics when local state is lost")
             lines.append(f"    {name} ({spec.kind}, {log})")
     return "\n".join(lines) + "\n"
 

@@ -61,7 +61,16 @@ class Topology:
 
     @property
     def internal_topics(self) -> Tuple[str, ...]:
+        """Repartition and changelog topics."""
         return tuple(name for name, spec in self.topics.items() if spec.internal)
+
+    @property
+    def repartition_topics(self) -> Tuple[str, ...]:
+        return tuple(name for name in self.internal_topics if name.endswith("-repartition"))
+
+    @property
+    def changelog_topics(self) -> Tuple[str, ...]:
+        return tuple(name for name in self.internal_topics if name.endswith("-changelog"))
 
     def changelog_topic(self, store: str) -> str:
         return f"{self.app_id}-{store}-changelog"

@@ -5,7 +5,7 @@ import dataclasses
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 from ..errors import TopologyError
-from ..serdes import Json
+from ..serdes import Bytes, Json
 from ..stores import StoreSpec
 from ..topics import TopicSpec
 from .change_serde import ChangeSerde
@@ -30,6 +30,11 @@ def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, Stor
             assert isinstance(rep, RepartitionNode)
             all_topics[node.topic] = TopicSpec(node.topic, node.key_serde, node.value_serde,
                                                partitions=rep.partitions, internal=True)
+    for store in stores.values():
+        if store.changelog:
+            topic = f"{app_id}-{store.name}-changelog"
+            all_topics[topic] = TopicSpec(topic, Bytes(), Bytes(), config={"cleanup.policy": "compact"},
+                                          internal=True)
     children: Dict[str, List[str]] = {n.name: [] for n in physical}
     for node in physical:
         for parent in node.parents:
@@ -188,6 +193,15 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
             for node in topology.sink_nodes(sub):
                 count = known(node.topic)
                 counts[node.topic] = count if count is not None else tasks
+            for store in sub.store_names:
+                if topology.stores[store].changelog:
+                    changelog = topology.changelog_topic(store)
+                    if changelog in existing and existing[changelog] != tasks:
+                        raise TopologyError(
+                            f"changelog topic '{changelog}' has {existing[changelog]} partitions but its "
+                            f"sub-topology has {tasks} tasks: the input's partition count changed; "
+                            "delete the changelog topic and the app's state directory to rebuild it")
+                    counts[changelog] = tasks
     return counts
 
 

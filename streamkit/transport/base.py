@@ -109,20 +109,36 @@ class Consumer(abc.ABC):
     @abc.abstractmethod
     def committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]: ...
 
+    @abc.abstractmethod
+    def position(self, partition: TopicPartition) -> int:
+        """The next offset a fetch of ``partition`` would return (past skipped markers)."""
+
     def close(self) -> None:
         """Release resources."""
 
 
 class Producer(abc.ABC):
-    """Appends output records."""
+    """Appends output records; transactional when made with a transactional id."""
 
     @abc.abstractmethod
-    async def send(self, batches: Sequence[Tuple[str, int, Sequence[OutgoingRecord]]]) -> None:
-        """Append each (topic, partition, records) batch."""
+    async def send(self, batches: Sequence[Tuple[str, int, Sequence[OutgoingRecord]]]) -> dict[TopicPartition, int]:
+        """Append each (topic, partition, records) batch (inside the open transaction, if
+        transactional); return, per partition written, the offset after its last record."""
 
     @abc.abstractmethod
     async def flush(self) -> None:
         """Wait until everything sent is durable/acknowledged."""
+
+    async def begin_transaction(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is not transactional")
+
+    async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Make what was sent since ``begin_transaction`` and the group's ``offsets``
+        visible together."""
+        raise NotImplementedError(f"{type(self).__name__} is not transactional")
+
+    async def abort_transaction(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is not transactional")
 
     def close(self) -> None:
         """Release resources."""
@@ -155,10 +171,16 @@ class Transport(abc.ABC):
         return True
 
     @abc.abstractmethod
-    def consumer(self, group: str) -> Consumer: ...
+    def consumer(self, group: str, *, read_committed: bool = True) -> Consumer:
+        """A consumer of ``group``; read_committed ones never see aborted or open transactions."""
 
     @abc.abstractmethod
-    def producer(self) -> Producer: ...
+    def producer(self, *, transactional_id: Optional[str] = None) -> Producer:
+        """A producer; with ``transactional_id``, a transactional one (fencing older ones with that id)."""
+
+    def resolve_abandoned_transactions(self) -> int:
+        """Settle transactions whose producer died (roll forward or abort); return how many."""
+        return 0
 
     @abc.abstractmethod
     def membership(self, group: str) -> Membership: ...

@@ -50,7 +50,7 @@ def _count_group_by(b: sk.StreamsBuilder) -> None:
 ], ids=["group_by_key", "select_key+group_by_key", "group_by"])
 def test_grouping_gives_the_same_counts_with_or_without_repartition(drive, build, repartitions) -> None:
     driver = drive(build, app_id="wc")
-    assert len(driver.topology.internal_topics) == repartitions
+    assert len(driver.topology.repartition_topics) == repartitions
     driver.input_topic("in").pipe_records(WORDS)
     assert driver.output_topic("out").read_records() == [
         rec("apple", 1, 1), rec("banana", 1, 2), rec("apple", 2, 3), rec("apricot", 1, 4), rec("apple", 3, 5)]
@@ -59,7 +59,7 @@ def test_grouping_gives_the_same_counts_with_or_without_repartition(drive, build
 
 def test_group_by_writes_rekeyed_records_to_the_repartition_topic(drive) -> None:
     driver = drive(_count_group_by, app_id="wc")
-    assert driver.topology.internal_topics == ("wc-counts-repartition",)
+    assert driver.topology.repartition_topics == ("wc-counts-repartition",)
     driver.input_topic("in").pipe_records(WORDS[:2])
     internal = driver.output_topic("wc-counts-repartition").read_records()
     assert internal == [rec("apple", "apple", 1), rec("banana", "banana", 2)]

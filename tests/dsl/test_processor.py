@@ -129,7 +129,7 @@ def test_processor_after_a_repartition_sees_the_internal_topic(app_factory, driv
     app.topology(lambda b: b.stream("in").select_key(lambda k, v: v).repartition(name="re").process(where))
     driver = driver_factory(app)
     driver.input_topic("in").pipe_records([("x", "a", 1), ("y", "b", 2)])
-    [internal] = driver.topology.internal_topics
+    [internal] = driver.topology.repartition_topics
     assert internal.startswith("rp-re")
     assert seen == [(internal, 0, "a"), (internal, 1, "b")]
 

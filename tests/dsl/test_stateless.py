@@ -196,7 +196,7 @@ def test_explicit_repartition_passes_records_through_an_internal_topic(drive) ->
     def build(b: sk.StreamsBuilder) -> None:
         b.stream("in").select_key(lambda k, v: v["id"]).repartition(name="by-id").to("out")
     driver = drive(build, app_id="rp")
-    [internal] = driver.topology.internal_topics
+    [internal] = driver.topology.repartition_topics
     assert internal.startswith("rp-by-id")
     assert len(driver.topology.sub_topologies) == 2
     pipe(driver, "in", [("x", {"id": "u1"}, 7), ("y", {"id": "u2"}, 8)])
@@ -209,7 +209,7 @@ def test_explicit_repartition_uses_given_serdes_and_partitions(drive) -> None:
         (b.stream("in").repartition(name="re", partitions=4, key_serde=String(), value_serde=Int())
          .to("out"))
     driver = drive(build, app_id="rp")
-    [internal] = driver.topology.internal_topics
+    [internal] = driver.topology.repartition_topics
     spec = driver.topology.topics[internal]
     assert (spec.internal, spec.partitions, spec.key_serde, spec.value_serde) == (True, 4, String(), Int())
     driver.input_topic("in").pipe_input("k", 42, timestamp=9)

@@ -113,7 +113,7 @@ def _by_region(v):
 def test_grouped_table_count_moves_rows_between_groups(drive) -> None:
     driver = drive(lambda b: b.table("users").group_by(lambda k, v: (v["region"], v)).count(name="per-region")
                    .to_stream().to("out"), app_id="regions")
-    assert driver.topology.internal_topics == ("regions-per-region-repartition",)
+    assert driver.topology.repartition_topics == ("regions-per-region-repartition",)
     users = driver.input_topic("users")
     out = driver.output_topic("out")
     users.pipe_input("ann", {"region": "eu"}, timestamp=1)

@@ -157,7 +157,7 @@ Topology: shop
     Sink: prices-table.to_stream.to-price-changes (topic: price-changes)
       <-- prices-table.to_stream
   Stores:
-    seen (key_value, no changelog (rebuilt from input on loss))
+    seen (key_value, no changelog: rebuilt from the input topics when local state is lost)
     prices-table (key_value, changelog: shop-prices-table-changelog)
 """
 

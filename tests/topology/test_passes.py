@@ -162,7 +162,7 @@ def test_internal_topic_names_and_specs() -> None:
     topology = build(lambda b: (b.stream("in").select_key(lambda k, v: v).group_by_key().count(name="page-counts")
                                 .to_stream().map(lambda k, v: (v, k)).group_by_key().reduce(max, name="top")),
                      app_id="pageviews")
-    assert topology.internal_topics == ("pageviews-page-counts-repartition", "pageviews-top-repartition")
+    assert topology.repartition_topics == ("pageviews-page-counts-repartition", "pageviews-top-repartition")
     spec = topology.topics["pageviews-top-repartition"]
     assert spec.internal and spec.partitions is None
     assert not topology.topics["in"].internal
@@ -172,7 +172,7 @@ def test_internal_topic_names_and_specs() -> None:
 
 def test_explicit_repartition_topic_and_partitions() -> None:
     topology = build(lambda b: b.stream("in").repartition(name="by-user", partitions=6).to("out"), app_id="a")
-    [internal] = topology.internal_topics
+    [internal] = topology.repartition_topics
     assert internal.startswith("a-by-user")
     assert topology.topics[internal].partitions == 6
     assert len(topology.sub_topologies) == 2
@@ -236,6 +236,14 @@ def test_topology_is_cached_until_the_app_changes() -> None:
 
 # -- partition counts ----------------------------------------------------------------------
 
+def test_changelog_with_another_partition_count_than_its_tasks_is_an_error() -> None:
+    topology = build(lambda b: b.stream("in").group_by_key().count(name="c").to_stream().to("out"),
+                     topics={"in": 3})
+    with pytest.raises(TopologyError, match="changelog topic 'app-c-changelog' has 2 partitions but its "
+                                            "sub-topology has 3 tasks"):
+        resolve_partitions(topology, {"in": 3, "app-c-changelog": 2})
+
+
 def test_unknown_source_topic_is_an_error_that_says_how_to_fix_it() -> None:
     topology = build(lambda b: b.stream("clicks").to("out"))
     with pytest.raises(TopologyError) as excinfo:
@@ -249,9 +257,11 @@ def test_unknown_source_topic_is_an_error_that_says_how_to_fix_it() -> None:
 def test_partitions_of_existing_declared_and_derived_topics() -> None:
     topology = build(lambda b: b.stream("in").group_by(lambda k, v: v).count(name="c").to_stream().to("out"),
                      topics={"in": 3})
-    assert resolve_partitions(topology, {}) == {"in": 3, "app-c-repartition": 3, "out": 3}
+    assert resolve_partitions(topology, {}) == {"in": 3, "app-c-repartition": 3, "out": 3,
+                                                "app-c-changelog": 3}
     # an existing topic's own count wins over the declaration
-    assert resolve_partitions(topology, {"in": 5, "out": 2}) == {"in": 5, "app-c-repartition": 5, "out": 2}
+    assert resolve_partitions(topology, {"in": 5, "out": 2}) == {"in": 5, "app-c-repartition": 5, "out": 2,
+                                                                 "app-c-changelog": 5}
     assert tasks_of(topology, resolve_partitions(topology, {})) == [(0, 0), (0, 1), (0, 2),
                                                                    (1, 0), (1, 1), (1, 2)]
 
@@ -267,7 +277,7 @@ def test_repartition_count_is_the_upstream_task_count() -> None:
 
 def test_declared_repartition_partitions_win() -> None:
     topology = build(lambda b: b.stream("in").repartition(name="re", partitions=8).to("out"), topics={"in": 2})
-    [internal] = topology.internal_topics
+    [internal] = topology.repartition_topics
     assert resolve_partitions(topology, {}) == {"in": 2, internal: 8, "out": 8}
 
 
@@ -303,4 +313,4 @@ def test_default_names_come_from_the_definition() -> None:
 
 def test_explicit_repartition_topic_follows_the_internal_naming_convention() -> None:
     topology = build(lambda b: b.stream("in").repartition(name="dlq").to("out"), app_id="orders")
-    assert topology.internal_topics == ("orders-dlq-repartition",)
+    assert topology.repartition_topics == ("orders-dlq-repartition",)

@@ -5,7 +5,9 @@ Layout::
     <dir>/topics/<topic>/meta.json            {"partitions": N, "config": {...}, "id": ...}
     <dir>/topics/<topic>/<partition>/.lock     flock'ed by appenders
     <dir>/topics/<topic>/<partition>/<base_offset:020d>.log
+    <dir>/topics/<topic>/<partition>/...       housekeeping files, see partition_log
     <dir>/groups/...                           see group_store
+    <dir>/transactions/...                     see transactions
 
 Every public method may be called from several threads; a PartitionReader belongs
 to one consumer.
@@ -30,8 +32,12 @@ from streamkit.transport.embedded.errors import (
     UnknownTopicError)
 from streamkit.transport.embedded.group_store import (
     TRASH_PREFIX, GroupStore, TaskLock, fsync_dir, validate_offsets, write_json_atomic)
+from streamkit.transport.embedded.housekeeping import Housekeeper
 from streamkit.transport.embedded.partition_log import (
-    LOCK_FILE_NAME, LogGoneError, PartitionLog, PartitionReader, segment_file_name)
+    LOCK_FILE_NAME, LogGoneError, PartitionLog, segment_file_name)
+from streamkit.transport.embedded.reader import PartitionReader
+from streamkit.transport.embedded.topic_config import TopicConfig, validate_topic_config
+from streamkit.transport.embedded.transactions import Transaction, TransactionCoordinator
 
 META_FILE = "meta.json"
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -50,6 +56,7 @@ class _Topic(NamedTuple):
     metadata: TopicMetadata
     topic_id: str  # tells a recreated topic from the one we cached
     logs: dict[int, PartitionLog]
+    segment_bytes: int
 
 
 class EmbeddedBroker(Admin):
@@ -69,7 +76,10 @@ class EmbeddedBroker(Admin):
         self._logs: dict[tuple[str, int], PartitionLog] = {}  # the append fast path
         self._readers: "weakref.WeakSet[PartitionReader]" = weakref.WeakSet()
         self._task_locks: set[TaskLock] = set()  # strong: a dropped lock is still released
+        self._transactions = TransactionCoordinator(self, self.directory / "transactions")
+        self._housekeeper = Housekeeper(self)
         self._closed = False
+        self._closing = False
 
     def __repr__(self) -> str:
         return f"EmbeddedBroker({str(self.directory)!r})"
@@ -88,7 +98,10 @@ class EmbeddedBroker(Admin):
         validate_topic_name(name)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise ValueError(f"topic '{name}': partitions must be an int >= 1, got {partitions!r}")
-        config = {str(k): str(v) for k, v in (config or {}).items()}
+        try:
+            config = validate_topic_config(config)
+        except ValueError as exc:
+            raise ValueError(f"topic '{name}': {exc}") from None
         existing = self.topic(name)
         if existing is not None:
             return _existing_topic(existing, partitions, exist_ok)
@@ -174,11 +187,56 @@ class EmbeddedBroker(Admin):
         except LogGoneError:
             raise UnknownTopicError(f"topic '{topic}' was deleted while appending") from None
 
-    def reader(self, topic: str, partition: int) -> PartitionReader:
-        """A reader positioned at the start of the partition (use seek() to move)."""
-        reader = self._log(topic, partition, refresh=True).reader()
+    def reader(self, topic: str, partition: int, *, read_committed: bool = True
+               ) -> PartitionReader:
+        """A reader positioned at the start of the partition (use seek() to move).
+
+        read_committed: return committed transactional records only, and stop at the
+        first open transaction; otherwise return every data record. Transaction
+        markers are never returned.
+        """
+        reader = self._log(topic, partition, refresh=True).reader(read_committed=read_committed)
         self._readers.add(reader)
         return reader
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """First offset of the earliest open transaction in the partition, else its end."""
+        return self._log(topic, partition, refresh=True).last_stable_offset()
+
+    # ------------------------------------------------------------------ transactions
+
+    def begin_transaction(self, transactional_id: str) -> Transaction:
+        """Open a transaction: appends to any partitions plus group offsets, made visible
+        together by commit(), or never.
+
+        The first call for an id in this broker instance takes the id over: it fences
+        any other owner (whose commit then raises ProducerFencedError) and resolves the
+        transaction a previous owner left pending (rolled forward if it reached its
+        commit point, else aborted). One transaction per id is open at a time.
+        """
+        self._check_open()
+        return self._transactions.begin(transactional_id)
+
+    def resolve_abandoned_transactions(self) -> int:
+        """Resolve the pending transactions of every transactional id whose owner process
+        is dead; returns how many ids were resolved."""
+        self._check_open()
+        return self._transactions.resolve_abandoned()
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def run_housekeeping(self, now_ms: Optional[int] = None) -> dict[str, dict[str, int]]:
+        """One retention and compaction pass over all topics (now_ms: the time to use).
+
+        Returns {topic: {"segments_deleted", "records_removed", "segments_compacted"}}.
+        """
+        self._check_open()
+        return self._housekeeper.run(now_ms)
+
+    def start_housekeeping(self, interval: float = 30.0) -> None:
+        """Run housekeeping every `interval` seconds in a daemon thread until close()."""
+        self._check_open()
+        self._housekeeper.start(interval)
 
     def sync(self) -> None:
         """fsync every partition file this broker appended to since the last sync."""
@@ -239,8 +297,13 @@ class EmbeddedBroker(Admin):
     def close(self) -> None:
         """Close files, readers and release the task locks taken through this broker."""
         with self._mutex:
-            if self._closed:
+            if self._closed or self._closing:
                 return
+            self._closing = True
+        # outside the mutex: the housekeeping thread and transactions need _log()
+        self._housekeeper.stop()
+        self._transactions.close()
+        with self._mutex:
             self._closed = True
             for reader in list(self._readers):
                 reader.close()
@@ -278,13 +341,14 @@ class EmbeddedBroker(Admin):
                     raise UnknownTopicError(f"topic '{topic}' does not exist")
                 if state is None or state.topic_id != meta[1]:
                     self._forget_topic(topic)
-                    state = _Topic(meta[0], meta[1], {})
+                    segment_bytes = TopicConfig.parse(meta[0].config, topic).segment_bytes
+                    state = _Topic(meta[0], meta[1], {}, segment_bytes or self._segment_bytes)
                     self._topics[topic] = state
             _check_partition(state.metadata, partition)
             log = state.logs.get(partition)
             if log is None:
                 log = PartitionLog(self._topics_dir / topic / str(partition), topic, partition,
-                                   segment_bytes=self._segment_bytes)
+                                   segment_bytes=state.segment_bytes)
                 state.logs[partition] = log
                 self._logs[(topic, partition)] = log
             return log

@@ -34,3 +34,11 @@ class GroupNotEmptyError(EmbeddedBrokerError):
 
 class CorruptLogError(EmbeddedBrokerError):
     """Unreadable data in the middle of a log (not a torn tail left by a crashed writer)."""
+
+
+class ProducerFencedError(EmbeddedBrokerError):
+    """Another owner began transactions with this transactional id: this one is a zombie."""
+
+
+class TransactionStateError(EmbeddedBrokerError):
+    """A transaction used out of order (append after commit, two open at once, ...)."""

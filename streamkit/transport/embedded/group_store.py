@@ -3,7 +3,9 @@
 Layout under ``<dir>/groups/<group>/`` (the group name percent-encoded)::
 
     .lock              flock'ed while offsets.json is rewritten
-    offsets.json       {"offsets": {"<topic>": {"<partition>": next_offset}}}
+    offsets.json       {"offsets": {"<topic>": {"<partition>": next_offset}},
+                        "transactions": [["<transactional id>", last applied txn id],
+                                         ...]}   (oldest first, at most 256)
     tasks/<task>.lock  flock'ed by the process that owns the task
     tasks/<task>.owner {"pid", "host", "acquired_at", "proc_start"} of that process
 
@@ -32,6 +34,7 @@ OFFSETS_FILE = "offsets.json"
 LOCK_FILE = ".lock"
 TASKS_DIR = "tasks"
 TRASH_PREFIX = "+"  # never produced by quote(): names of temp and deleted dirs
+MAX_APPLIED_TRANSACTIONS = 256  # per group: (transactional id, sequence) entries kept
 
 
 def encode_name(name: str, what: str) -> str:
@@ -169,17 +172,40 @@ class GroupStore:
     def committed(self, group: str) -> dict[TopicPartition, int]:
         return _read_offsets(self._group_dir(group) / OFFSETS_FILE)
 
-    def commit(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Merge `offsets` into the group's committed offsets, atomically and durably."""
+    def offsets_path(self, group: str) -> Path:
+        return self._group_dir(group) / OFFSETS_FILE
+
+    def commit(self, group: str, offsets: Mapping[TopicPartition, int], *,
+               txn: Optional[tuple[str, int]] = None, durable: bool = True) -> bool:
+        """Merge `offsets` into the group's committed offsets, atomically (and durably).
+
+        With `txn` = (transactional id, transaction id) the merge happens once: it is
+        skipped if that transaction (or a later one of the same transactional id) was
+        applied already, which makes rolling a transaction forward idempotent. Returns
+        whether it merged.
+        """
         entries = validate_offsets(offsets)
         with self._locked(group, create=True) as directory:
             path = directory / OFFSETS_FILE
-            merged = _read_offsets(path)
+            data = _read_json(path)
+            applied = {tid: seq for tid, seq in data.get("transactions", [])}
+            if txn is not None:
+                if applied.get(txn[0], -1) >= txn[1]:
+                    return False
+                applied.pop(txn[0], None)
+                applied[txn[0]] = txn[1]  # most recent last
+                while len(applied) > MAX_APPLIED_TRANSACTIONS:
+                    del applied[next(iter(applied))]
+            merged = _offsets_of(data)
             merged.update(entries)
             nested: dict[str, dict[str, int]] = {}
             for (topic, partition), offset in sorted(merged.items()):
                 nested.setdefault(topic, {})[str(partition)] = offset
-            write_json_atomic(path, {"offsets": nested})
+            out: dict = {"offsets": nested}
+            if applied:
+                out["transactions"] = [[tid, seq] for tid, seq in applied.items()]
+            write_json_atomic(path, out, durable=durable)
+            return True
 
     def delete(self, group: str) -> None:
         """Delete a group; refused while a live process owns one of its tasks."""
@@ -304,11 +330,20 @@ class GroupStore:
         return None  # a stale owner file: nobody holds the lock
 
 
-def _read_offsets(path: Path) -> dict[TopicPartition, int]:
+def _read_json(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
-            data = json.loads(f.read())
+            return json.loads(f.read())
     except FileNotFoundError:
+        return {}
+
+
+def _read_offsets(path: Path) -> dict[TopicPartition, int]:
+    return _offsets_of(_read_json(path))
+
+
+def _offsets_of(data: dict) -> dict[TopicPartition, int]:
+    if not data:
         return {}
     return {TopicPartition(topic, int(partition)): int(offset)
             for topic, partitions in data["offsets"].items()

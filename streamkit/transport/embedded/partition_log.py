@@ -1,54 +1,77 @@
-"""One partition of the embedded log: segment files, appends, readers and recovery.
+"""One partition of the embedded log: segment files, appends and recovery of torn writes.
 
 A partition is a directory of segment files named by the offset of their first
 record (``<base_offset:020d>.log``), each a sequence of record batches
-(see ``batch_format``), plus a ``.lock`` file. Appends from any process take an
-exclusive ``flock`` on ``.lock``; readers take no lock. Only the last segment grows.
+(see ``batch_format``), plus:
 
-Crash safety rests on three facts: a batch is written with one ``os.write`` under
-the lock, so only the last batch of the last segment can be torn (by a writer killed
-mid-write); the next writer truncates such a torn tail before it appends; and
-readers never return a batch that is incomplete or fails its CRC. An invalid batch is
-a torn tail when no valid batch follows it, and corruption (``CorruptLogError``)
-when one does.
+    .lock              flock'ed (exclusive) by appenders, and by the cleaner for a rename
+    .cleaner.lock      flock'ed (non-blocking) by the process running housekeeping on it
+    log-start-offset   the first offset still readable, moved up by retention
+    cleaner-checkpoint.json  where the last compaction stopped (no open transaction
+                       below that offset) and when tombstones it kept fall due
+
+Appends from any process take an exclusive ``flock`` on ``.lock``; readers take no
+lock. Only the last segment grows; housekeeping deletes or replaces (rename over)
+older segments, never the last one, so a reader with an old file open keeps reading
+consistent data.
+
+Crash safety of appends rests on three facts: a batch is written with one
+``os.write`` under the lock, so only the last batch of the last segment can be torn
+(by a writer killed mid-write); the next writer truncates such a torn tail before it
+appends; and readers never return a batch that is incomplete or fails its CRC. An
+invalid batch is a torn tail when no valid batch follows it, and corruption
+(``CorruptLogError``) when one does.
 """
 from __future__ import annotations
 
 import bisect
 import fcntl
+import json
 import logging
 import os
 import re
 import threading
+import uuid
 import zlib
 from array import array
 from collections import OrderedDict
-from typing import NamedTuple, Optional, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Optional, Sequence
 
-from streamkit.transport.base import OutgoingRecord, PartitionOffsets, RawRecord
+from streamkit.transport.base import OutgoingRecord, PartitionOffsets
 from streamkit.transport.embedded.batch_format import (
-    CRC_START, HEADER, HEADER_SIZE, KNOWN_FLAGS, MAGIC, decode_records, encode_batch,
-    header_is_valid, min_length, rebase_batch)
-from streamkit.transport.embedded.errors import (
-    CorruptLogError, EmbeddedBrokerError, UnknownTopicError)
+    CRC_START, FLAG_TRANSACTIONAL, HEADER, HEADER_SIZE, PEEK_SIZE, batch_span, encode_batch,
+    encode_marker, header_is_valid, rebase_batch)
+from streamkit.transport.embedded.errors import CorruptLogError, EmbeddedBrokerError
+
+if TYPE_CHECKING:
+    from streamkit.transport.embedded.batch_walker import TxnTracker
+    from streamkit.transport.embedded.reader import PartitionReader
 
 logger = logging.getLogger(__name__)
 
 SEGMENT_SUFFIX = ".log"
 LOCK_FILE_NAME = ".lock"
+CLEANER_LOCK_NAME = ".cleaner.lock"
+START_OFFSET_FILE = "log-start-offset"
+CLEANER_CHECKPOINT_FILE = "cleaner-checkpoint.json"
+TEMP_PREFIX = "+"  # temp files of the cleaner: never a segment name
 READ_CHUNK = 1 << 20
 MAX_BATCH_BYTES = 4 << 20  # larger appends are split into several batches
 INDEX_INTERVAL = 64 << 10  # bytes between sparse index entries
 INDEXED_SEGMENTS = 16  # per partition; 16 KiB of index per 64 MiB segment
 MAX_UNSYNCED_SEGMENTS = 4  # rolled-away segments kept open until sync()
 
-_INCOMPLETE = "incomplete batch"
-_BAD_HEADER = "invalid batch header"
-_BAD_CRC = "CRC mismatch"
+INCOMPLETE = "incomplete batch"
+BAD_HEADER = "invalid batch header"
+BAD_CRC = "CRC mismatch"
 # magic, flags, reserved of a batch header: where to look for a batch after bad bytes
-_HEADER_MARK = re.compile(rb"(?=\x01[\x00-\x1f]\x00\x00)")
+_HEADER_MARK = re.compile(rb"(?=\x01[\x00-\x3f]\x00\x00)")
 _unpack_header = HEADER.unpack_from
 _crc32 = zlib.crc32
+
+SegmentKey = tuple[int, int]
+"""(base offset, inode) of a segment file: a file replaced by the cleaner is another key."""
 
 
 class LogGoneError(EmbeddedBrokerError):
@@ -69,6 +92,41 @@ def list_segments(directory: str | os.PathLike) -> list[int]:
                   if len(name) == 24 and name.endswith(SEGMENT_SUFFIX) and name[:20].isdigit())
 
 
+def read_int_file(path: str) -> Optional[int]:
+    """The integer stored in a small text file, None if it is missing or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().strip() or b"x")
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def write_int_file(path: str, value: int, *, durable: bool = True) -> None:
+    """Replace a small text file holding one integer: temp file, rename (fsync if durable)."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f"{TEMP_PREFIX}{name}.{uuid.uuid4().hex}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, b"%d\n" % value)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(directory)
+
+
+def read_cleaner_checkpoint(path: str) -> dict:
+    """{"offset", "due_ms", "markers"} written by compaction; {} if none or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 class _ScanResult(NamedTuple):
     pos: int  # end of the last valid batch
     offset: int  # offset after the last valid batch
@@ -77,29 +135,29 @@ class _ScanResult(NamedTuple):
 
 
 def scan_segment(fd: int, pos: int, offset: int,
-                 index: Optional[tuple["_SparseIndex", int]] = None) -> _ScanResult:
+                 index: Optional[tuple["SparseIndex", SegmentKey]] = None) -> _ScanResult:
     """Walk batch headers from `pos` (a batch start with base `offset`) to the end.
 
     Only the batch that ends exactly at the end of the file has its CRC checked: it
     is the only one a crashed writer can have left behind. Batch positions go to
-    `index` = (sparse index, segment base) if given.
+    `index` = (sparse index, segment key) if given.
     """
     size = os.fstat(fd).st_size
     index_due = index[0].next_due(index[1]) if index else size
     chunk, chunk_pos, want = b"", pos, READ_CHUNK
     while pos < size:
         rel = pos - chunk_pos
-        if rel + HEADER_SIZE > len(chunk):
+        if rel + PEEK_SIZE > len(chunk):
             chunk = os.pread(fd, min(want, size - pos), pos)
             chunk_pos, rel = pos, 0
-            if len(chunk) < HEADER_SIZE:
-                return _ScanResult(pos, offset, size, _INCOMPLETE)
+            if len(chunk) < PEEK_SIZE:
+                return _ScanResult(pos, offset, size, INCOMPLETE)
         length, crc, magic, flags, reserved, base, _pid, count = _unpack_header(chunk, rel)
         if base != offset or not header_is_valid(magic, flags, reserved, count, length):
-            return _ScanResult(pos, offset, size, _BAD_HEADER)
+            return _ScanResult(pos, offset, size, BAD_HEADER)
         end = pos + 4 + length
         if end > size:
-            return _ScanResult(pos, offset, size, _INCOMPLETE)
+            return _ScanResult(pos, offset, size, INCOMPLETE)
         if pos >= index_due:
             index[0].add(index[1], base, pos)
             index_due = pos + INDEX_INTERVAL
@@ -109,9 +167,9 @@ def scan_segment(fd: int, pos: int, offset: int,
             else:
                 body = os.pread(fd, length - 4, pos + CRC_START)
             if len(body) != length - 4 or _crc32(body) != crc:
-                return _ScanResult(pos, offset, size, _BAD_CRC)
+                return _ScanResult(pos, offset, size, BAD_CRC)
         pos = end
-        offset = base + count
+        offset = base + batch_span(chunk, rel, flags, count)
         want = READ_CHUNK if length < READ_CHUNK // 16 else 4096  # big batches: headers only
     return _ScanResult(pos, offset, size, None)
 
@@ -137,43 +195,51 @@ def find_valid_batch(fd: int, start: int, min_offset: int) -> Optional[int]:
     return None
 
 
-class _SparseIndex:
-    """Per segment, the (base offset, byte position) of a batch every INDEX_INTERVAL
-    bytes, for cheap seeks. Kept for the INDEXED_SEGMENTS most recently used segments."""
+class SparseIndex:
+    """Per segment file, the (base offset, byte position) of a batch every INDEX_INTERVAL
+    bytes, for cheap seeks. Kept for the INDEXED_SEGMENTS most recently used files.
+
+    Keyed by (segment base, inode): a segment the cleaner rewrote is a new file with
+    other positions, so its old entries are simply never looked up again.
+    """
 
     def __init__(self) -> None:
-        self._segments: OrderedDict[int, tuple[array, array]] = OrderedDict()
+        self._segments: OrderedDict[SegmentKey, tuple[array, array]] = OrderedDict()
         self._mutex = threading.Lock()
 
-    def floor(self, segment: int, offset: int) -> tuple[int, int]:
+    def floor(self, key: SegmentKey, offset: int) -> tuple[int, int]:
         """(position, base offset) of the last known batch starting at or before `offset`."""
         with self._mutex:
-            entries = self._segments.get(segment)
+            entries = self._segments.get(key)
             if entries:
-                self._segments.move_to_end(segment)
+                self._segments.move_to_end(key)
                 i = bisect.bisect_right(entries[0], offset) - 1
                 if i >= 0:
                     return entries[1][i], entries[0][i]
-        return 0, segment
+        return 0, key[0]
 
-    def next_due(self, segment: int) -> int:
-        """Byte position from which the next entry of `segment` is wanted."""
-        entries = self._segments.get(segment)
+    def next_due(self, key: SegmentKey) -> int:
+        """Byte position from which the next entry of the segment is wanted."""
+        entries = self._segments.get(key)
         return (entries[1][-1] if entries else 0) + INDEX_INTERVAL
 
-    def add(self, segment: int, offset: int, pos: int) -> None:
+    def add(self, key: SegmentKey, offset: int, pos: int) -> None:
         """Record a batch start, if far enough after the last entry of its segment."""
         with self._mutex:
-            entries = self._segments.get(segment)
+            entries = self._segments.get(key)
             if entries is None:
                 if len(self._segments) >= INDEXED_SEGMENTS:
                     self._segments.popitem(last=False)
-                entries = self._segments[segment] = (array("q"), array("q"))
+                entries = self._segments[key] = (array("q"), array("q"))
             offsets, positions = entries
             if pos - (positions[-1] if positions else 0) >= INDEX_INTERVAL and (
                     not offsets or offset > offsets[-1]):
                 offsets.append(offset)
                 positions.append(pos)
+
+
+Guard = Callable[[], None]
+"""Called under the append lock before a write; raises to refuse it (fencing)."""
 
 
 class PartitionLog:
@@ -189,11 +255,12 @@ class PartitionLog:
         self.topic = topic
         self.partition = partition
         self.lock_path = os.path.join(self.directory, LOCK_FILE_NAME)
-        self.index = _SparseIndex()
+        self.index = SparseIndex()
         self._segment_bytes = segment_bytes
         self._mutex = threading.Lock()
         self._lock_fd = -1
         self._fd = -1  # active segment, O_APPEND
+        self._ino = 0  # its inode
         self._base = 0  # its base offset
         self._size = 0  # bytes of valid batches in it
         self._end = 0  # offset the next append gets
@@ -202,6 +269,8 @@ class PartitionLog:
         self._dir_dirty = False  # segment files created since the last sync
         self._scan_state: Optional[tuple[int, int, int]] = None  # (segment, pos, offset)
         self._index_due = INDEX_INTERVAL  # size of the active segment at which to index
+        self._tracker: Optional["TxnTracker"] = None
+        self._tracker_mutex = threading.Lock()
 
     def describe(self, file: Optional[str] = None, pos: Optional[int] = None) -> str:
         """'topic 't' partition 3' plus file and byte position: the where of messages."""
@@ -215,16 +284,24 @@ class PartitionLog:
     def segment_path(self, base_offset: int) -> str:
         return os.path.join(self.directory, segment_file_name(base_offset))
 
+    def file_path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    @property
+    def segment_bytes(self) -> int:
+        return self._segment_bytes
+
     # ------------------------------------------------------------------ offsets
 
     def start_offset(self) -> int:
-        """First offset still stored.
-
-        Retention will keep a log-start-offset checkpoint that can be above the first
-        segment's base; until then the first segment's base is the start.
-        """
+        """First offset still stored: the first segment's base, or the log-start-offset
+        retention recorded if that is higher (segments below it are being deleted)."""
         segments = list_segments(self.directory)
-        return segments[0] if segments else 0
+        first = segments[0] if segments else 0
+        recorded = read_int_file(self.file_path(START_OFFSET_FILE))
+        if recorded is not None and recorded > first:
+            return min(recorded, segments[-1]) if segments else recorded
+        return first
 
     def end_offset(self) -> int:
         """Offset after the last complete, valid batch. Takes no lock, truncates nothing."""
@@ -239,37 +316,74 @@ class PartitionLog:
         except FileNotFoundError:
             return offset
         try:
-            result = scan_segment(fd, pos, offset, (self.index, last))
+            result = scan_segment(fd, pos, offset, (self.index, (last, os.fstat(fd).st_ino)))
         finally:
             os.close(fd)
         self._scan_state = (last, result.pos, result.offset)
         return result.offset
 
     def offsets(self) -> PartitionOffsets:
-        return PartitionOffsets(self.start_offset(), self.end_offset())
+        start = self.start_offset()
+        return PartitionOffsets(start, max(start, self.end_offset()))
+
+    def last_stable_offset(self) -> int:
+        """First offset of the earliest open transaction in this partition, else the end."""
+        from streamkit.transport.embedded.batch_walker import TxnTracker
+        with self._tracker_mutex:
+            if self._tracker is None:
+                self._tracker = TxnTracker(self)
+            return self._tracker.last_stable_offset()
+
+    def cleaned_offset(self) -> int:
+        """End of the range the last compaction cleaned: no open transaction below it."""
+        return int(read_cleaner_checkpoint(self.file_path(CLEANER_CHECKPOINT_FILE))
+                   .get("offset", 0))
 
     # ------------------------------------------------------------------ appending
 
-    def append(self, records: Sequence[OutgoingRecord]) -> int:
-        """Append records (as one batch, or several if huge); return the first offset."""
+    def append(self, records: Sequence[OutgoingRecord], *, producer_id: int = -1,
+               transactional: bool = False, guard: Optional[Guard] = None) -> int:
+        """Append records (as one batch, or several if huge); return the first offset.
+
+        Transactional batches carry `producer_id`; `guard` runs under the lock first.
+        """
         if not records:
             return self.end_offset()
-        batches = _encode(records, self._end)
+        flags = FLAG_TRANSACTIONAL if transactional else 0
+        return self._append(_encode(records, self._end, producer_id, flags), guard)
+
+    def append_marker(self, producer_id: int, commit: bool) -> int:
+        """Append a COMMIT or ABORT marker (control batch) of a transaction."""
+        return self._append([(encode_marker(producer_id, commit, self._end), 1)], None)
+
+    def _append(self, batches: list[tuple[bytes, int]], guard: Optional[Guard]) -> int:
         with self._mutex:
             self._lock_exclusive()
             try:
                 self._refresh()
+                if guard is not None:
+                    guard()
                 first = self._end
                 for batch, count in batches:
                     batch = rebase_batch(batch, self._end)
                     if self._size and self._size + len(batch) > self._segment_bytes:
                         self._roll()
                     if self._size >= self._index_due:
-                        self.index.add(self._base, self._end, self._size)
+                        self.index.add((self._base, self._ino), self._end, self._size)
                         self._index_due = self._size + INDEX_INTERVAL
                     self._write(batch)
                     self._end += count
                 return first
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    @contextmanager
+    def append_lock(self) -> Iterator[None]:
+        """Hold the append lock (this process and others): the cleaner's final rename."""
+        with self._mutex:
+            self._lock_exclusive()
+            try:
+                yield
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
@@ -284,7 +398,7 @@ class PartitionLog:
                 _fdatasync(self._fd)
                 self._fd_dirty = False
             if self._dir_dirty:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
                 self._dir_dirty = False
 
     def close(self) -> None:
@@ -295,9 +409,14 @@ class PartitionLog:
             self._unsynced.clear()
             self._fd = self._lock_fd = -1
             self._fd_dirty = self._dir_dirty = False
+        with self._tracker_mutex:
+            if self._tracker is not None:
+                self._tracker.close()
+                self._tracker = None
 
-    def reader(self) -> "PartitionReader":
-        return PartitionReader(self)
+    def reader(self, *, read_committed: bool = True) -> "PartitionReader":
+        from streamkit.transport.embedded.reader import PartitionReader
+        return PartitionReader(self, read_committed=read_committed)
 
     def _lock_exclusive(self) -> None:
         if self._lock_fd < 0:
@@ -332,7 +451,8 @@ class PartitionLog:
                                self.describe(segment_file_name(self._base)), self._size, size)
                 self._size, self._end = 0, self._base
             if size != self._size:
-                result = scan_segment(self._fd, self._size, self._end, (self.index, self._base))
+                result = scan_segment(self._fd, self._size, self._end,
+                                      (self.index, (self._base, self._ino)))
                 self._size, self._end = result.pos, result.offset
                 if result.problem:
                     self._drop_torn_tail(result)
@@ -356,6 +476,7 @@ class PartitionLog:
             else:
                 os.close(self._fd)
         self._fd, self._base, self._size, self._end = fd, base, 0, base
+        self._ino = os.fstat(fd).st_ino
         self._fd_dirty = False
         self._index_due = INDEX_INTERVAL
 
@@ -390,9 +511,10 @@ class PartitionLog:
         self._fd_dirty = True
 
 
-def _encode(records: Sequence[OutgoingRecord], base_offset: int) -> list[tuple[bytes, int]]:
+def _encode(records: Sequence[OutgoingRecord], base_offset: int, producer_id: int,
+            flags: int) -> list[tuple[bytes, int]]:
     """Encode records as one batch, or several of at most about MAX_BATCH_BYTES."""
-    batch = encode_batch(records, base_offset)
+    batch = encode_batch(records, base_offset, producer_id=producer_id, flags=flags)
     count = len(records)
     if len(batch) <= MAX_BATCH_BYTES or count == 1:
         return [(batch, count)]
@@ -400,14 +522,14 @@ def _encode(records: Sequence[OutgoingRecord], base_offset: int) -> list[tuple[b
     step = -(-count // pieces)
     out = []
     for i in range(0, count, step):
-        out.extend(_encode(records[i:i + step], base_offset + i))
+        out.extend(_encode(records[i:i + step], base_offset + i, producer_id, flags))
     return out
 
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
-def _file_id(path: str) -> Optional[tuple[int, int]]:
+def file_id(path: str) -> Optional[tuple[int, int]]:
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -415,7 +537,7 @@ def _file_id(path: str) -> Optional[tuple[int, int]]:
     return st.st_dev, st.st_ino
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str | os.PathLike) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -423,275 +545,8 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-class PartitionReader:
-    """Reads one partition from `position` on, across segments; never blocks.
-
-    Not thread-safe: one reader per consumer. Sees appends made by any process after
-    it was created.
-    """
-
-    def __init__(self, log: PartitionLog) -> None:
-        self._log = log
-        self._directory = log.directory
-        self._fd = -1
-        self._segment = -1  # base offset of the open segment
-        self._buf = b""  # bytes of the segment from _buf_pos on
-        self._buf_pos = 0
-        self._cur = 0  # index in _buf of the next batch to decode
-        self._next = 0  # base offset the batch at _cur must have
-        self._eof = True  # _buf reached the end of the file when it was read
-        self._pending: list[RawRecord] = []  # decoded, not returned yet (from _pending_at)
-        self._pending_at = 0
-        self._located = False
-        self._closed = False
-        self._segments: list[int] = []  # base offsets, refreshed when they may be stale
-        self._directory_id = _file_id(self._directory)  # tells a recreated topic apart
-        self.position: int = log.start_offset()
-        """Offset of the next record read() returns."""
-
-    def seek(self, offset: int) -> None:
-        """Read from `offset` next; clamped to the log start, may be beyond the end."""
-        if self._closed:
-            raise EmbeddedBrokerError(f"{self._log.describe()}: reader is closed")
-        segments = self._segments
-        offset = int(offset)
-        if not segments or offset < segments[0]:  # the start may have moved: look again
-            segments = self._list_segments()
-        offset = max(offset, segments[0] if segments else 0)
-        if offset == self.position and self._located:
-            return
-        self.position = offset
-        self._pending = []
-        self._located = False
-
-    def read(self, max_records: int = 10_000) -> list[RawRecord]:
-        """Up to `max_records` records from `position` on, possibly []; never blocks."""
-        if self._closed:
-            raise EmbeddedBrokerError(f"{self._log.describe()}: reader is closed")
-        if max_records <= 0:
-            return []
-        out: list[RawRecord] = []
-        if self._pending:
-            at = self._pending_at
-            out = self._pending[at:at + max_records]
-            if at + max_records < len(self._pending):
-                self._pending_at = at + max_records
-            else:
-                self._pending = []
-        elif not self._located and not self._locate(self.position):
-            return out
-        position = self.position
-        while len(out) < max_records:
-            records = self._next_records()
-            if records is None:
-                break
-            first = records[0][0]
-            if first < position:
-                records = records[position - first:]
-            room = max_records - len(out)
-            if len(records) > room:
-                self._pending = records
-                self._pending_at = room
-                records = records[:room]
-            if out:
-                out.extend(records)
-            else:
-                out = records
-            position = out[-1][0] + 1
-        if out:
-            self.position = out[-1][0] + 1
-        return out
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self._buf = b""
-        self._pending = []
-        self._closed = True
-
-    def __enter__(self) -> "PartitionReader":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # ------------------------------------------------------------------ internals
-
-    def _list_segments(self) -> list[int]:
-        self._segments = list_segments(self._directory)
-        return self._segments
-
-    def _open_segment(self, base: int) -> None:
-        if base != self._segment or self._fd < 0:
-            if _file_id(self._directory) != self._directory_id:
-                raise UnknownTopicError(f"{self._log.describe()}: the topic was deleted "
-                                        f"while this reader was open")
-            fd = os.open(self._log.segment_path(base), os.O_RDONLY)
-            if self._fd >= 0:
-                os.close(self._fd)
-            self._fd = fd
-            self._segment = base
-        self._buf, self._buf_pos, self._cur, self._next, self._eof = b"", 0, 0, base, True
-
-    def _locate(self, offset: int) -> bool:
-        """Position the cursor at the batch holding `offset` (or the end if beyond)."""
-        segments = self._segments
-        if not segments or offset < segments[0] or offset >= segments[-1]:
-            segments = self._list_segments()  # segments are only added at the end
-            if not segments:
-                return False
-        if offset < segments[0]:
-            offset = self.position = segments[0]
-        base = segments[bisect.bisect_right(segments, offset) - 1]
-        try:
-            self._open_segment(base)
-        except FileNotFoundError:  # removed meanwhile (topic deleted); try again next read
-            self._segments = []
-            return False
-        index = self._log.index
-        pos, expected = index.floor(base, offset)
-        due = index.next_due(base)
-        fd = self._fd
-        size = os.fstat(fd).st_size
-        chunk, chunk_pos, want = b"", pos, 2 * INDEX_INTERVAL  # enough from a nearby entry
-        while pos + HEADER_SIZE <= size:  # walk batch headers up to the one holding `offset`
-            rel = pos - chunk_pos
-            if rel + HEADER_SIZE > len(chunk):
-                chunk, chunk_pos, rel = os.pread(fd, want, pos), pos, 0
-                if len(chunk) < HEADER_SIZE:
-                    break
-            length, _crc, magic, flags, reserved, first, _pid, count = _unpack_header(chunk, rel)
-            end = pos + 4 + length
-            if (first != expected or first + count > offset or end > size
-                    or not header_is_valid(magic, flags, reserved, count, length)):
-                break
-            if pos >= due:
-                index.add(base, first, pos)
-                due = pos + INDEX_INTERVAL
-            pos = end
-            expected = first + count
-            want = READ_CHUNK if length < READ_CHUNK // 16 else 4096  # big batches: headers only
-        if chunk_pos <= pos < chunk_pos + len(chunk):
-            self._buf, self._buf_pos, self._cur = chunk, chunk_pos, pos - chunk_pos
-            self._eof = chunk_pos + len(chunk) >= size
-        else:
-            self._buf, self._buf_pos, self._cur, self._eof = b"", pos, 0, False
-        self._next = expected
-        self._located = True
-        return True
-
-    def _refill(self, need: int) -> None:
-        """Re-read the segment from the cursor: at least `need` bytes if they exist."""
-        pos = self._buf_pos + self._cur
-        size = os.fstat(self._fd).st_size
-        if size <= pos:
-            self._buf, self._buf_pos, self._cur, self._eof = b"", pos, 0, True
-            return
-        data = os.pread(self._fd, min(size - pos, max(READ_CHUNK, need)), pos)
-        self._buf, self._buf_pos, self._cur = data, pos, 0
-        self._eof = pos + len(data) >= size
-
-    def _next_records(self) -> Optional[list[RawRecord]]:
-        """Records of the next valid batch that reaches `position`; None if none yet."""
-        tries = 0
-        while True:
-            buf = self._buf
-            cur = self._cur
-            need = HEADER_SIZE
-            if len(buf) - cur >= HEADER_SIZE:
-                length, crc, magic, flags, reserved, base, _pid, count = _unpack_header(buf, cur)
-                if (base != self._next or magic != MAGIC or reserved or not count
-                        or flags & ~KNOWN_FLAGS or length < min_length(count, flags)):
-                    problem = _BAD_HEADER
-                else:
-                    end = cur + 4 + length
-                    if end > len(buf):
-                        problem = _INCOMPLETE
-                        need = end - cur
-                    else:
-                        self._cur = end
-                        self._next = base + count
-                        if base + count <= self.position:
-                            continue
-                        if _crc32(memoryview(buf)[cur + CRC_START:end]) == crc:
-                            return decode_records(buf, cur, base, count, flags)
-                        self._cur = cur
-                        self._next = base
-                        problem = _BAD_CRC
-            else:
-                problem = _INCOMPLETE
-            if problem is _INCOMPLETE and not self._eof:
-                self._refill(need)  # a batch across the end of the buffer
-                continue
-            if tries == 0:  # look at the file again: it may have grown or been repaired
-                tries = 1
-                self._refill(need)
-                continue
-            if self._next_segment(problem, need):
-                tries = 0
-                continue
-            if problem is _INCOMPLETE or tries == 2:
-                return None  # the tail: a writer is mid-write or left a torn write
-            tries = 2
-            self._check_tail(problem)
-
-    def _batch_at_cursor_is_valid(self) -> bool:
-        buf, cur = self._buf, self._cur
-        if len(buf) - cur < HEADER_SIZE:
-            return False
-        length, crc, magic, flags, reserved, base, _pid, count = _unpack_header(buf, cur)
-        end = cur + 4 + length
-        return (base == self._next and header_is_valid(magic, flags, reserved, count, length)
-                and end <= len(buf) and _crc32(memoryview(buf)[cur + CRC_START:end]) == crc)
-
-    def _next_segment(self, problem: str, need: int) -> bool:
-        """Move on if this segment is sealed (a later one exists); False if it is the last."""
-        if problem is _INCOMPLETE and len(self._buf) == self._cur:
-            # Clean end of the segment: a roll names the new segment by our next offset.
-            if self._next == self._segment or not os.path.exists(
-                    self._log.segment_path(self._next)):
-                return False
-            self._refill(READ_CHUNK)  # sealed now: anything appended before the roll?
-            if len(self._buf) > self._cur:
-                return True
-            self._open_segment(self._next)
-            return True
-        if not any(base > self._segment for base in self._list_segments()):
-            return False
-        # Writers drop torn tails before they roll, so a sealed segment ends cleanly.
-        self._refill(max(need, READ_CHUNK))
-        if self._batch_at_cursor_is_valid():
-            return True
-        pos = self._buf_pos + self._cur
-        raise CorruptLogError(
-            f"{self._log.describe(segment_file_name(self._segment), pos)}: {problem} at offset "
-            f"{self._next} in a segment that is followed by a later segment")
-
-    def _check_tail(self, problem: str) -> None:
-        """Bad bytes at the end of the last segment: raise unless they are a torn tail.
-
-        Looks under a shared lock, so that no writer is truncating or appending meanwhile.
-        """
-        try:
-            lock_fd = os.open(self._log.lock_path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return  # a writer is at work: look again at the next read
-            self._refill(READ_CHUNK)
-            if self._batch_at_cursor_is_valid():
-                return
-            pos = self._buf_pos + self._cur
-            found = find_valid_batch(self._fd, pos, self._next + 1)
-            if found is not None:
-                raise CorruptLogError(
-                    f"{self._log.describe(segment_file_name(self._segment), pos)}: {problem} "
-                    f"in the batch at offset {self._next}, followed by valid data at byte {found}")
-        finally:
-            os.close(lock_fd)  # releases the lock
-
-
+def __getattr__(name: str) -> object:  # PartitionReader used to live here
+    if name == "PartitionReader":
+        from streamkit.transport.embedded.reader import PartitionReader
+        return PartitionReader
+    raise AttributeError(name)

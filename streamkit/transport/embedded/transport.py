@@ -14,14 +14,15 @@ _IDLE_SLEEP = 0.01  # s between looks at the log when nothing is there
 
 
 class EmbeddedConsumer(Consumer):
-    def __init__(self, broker: EmbeddedBroker, group: str) -> None:
+    def __init__(self, broker: EmbeddedBroker, group: str, read_committed: bool) -> None:
         self._broker = broker
         self._group = group
+        self._read_committed = read_committed
         self._readers: Dict[TopicPartition, object] = {}
 
     def assign(self, partitions: Sequence[TopicPartition], positions: Mapping[TopicPartition, int]) -> None:
         for tp in partitions:
-            reader = self._broker.reader(tp.topic, tp.partition)
+            reader = self._broker.reader(tp.topic, tp.partition, read_committed=self._read_committed)
             start = positions.get(tp)
             reader.seek(start if start is not None else self._broker.partition_offsets(*tp).start)
             self._readers[tp] = reader
@@ -31,6 +32,9 @@ class EmbeddedConsumer(Consumer):
             reader = self._readers.pop(tp, None)
             if reader is not None:
                 reader.close()
+
+    def position(self, partition: TopicPartition) -> int:
+        return self._readers[partition].position
 
     async def fetch(self, max_wait: float) -> List[FetchedBatch]:
         deadline = time.monotonic() + max_wait
@@ -57,15 +61,45 @@ class EmbeddedConsumer(Consumer):
 
 
 class EmbeddedProducer(Producer):
-    def __init__(self, broker: EmbeddedBroker) -> None:
-        self._broker = broker
+    """Appends directly; with a transactional id, inside the broker's transactions."""
 
-    async def send(self, batches: Sequence[Tuple[str, int, Sequence[OutgoingRecord]]]) -> None:
+    def __init__(self, broker: EmbeddedBroker, transactional_id: Optional[str] = None) -> None:
+        self._broker = broker
+        self._transactional_id = transactional_id
+        self._transaction = None
+
+    async def send(self, batches: Sequence[Tuple[str, int, Sequence[OutgoingRecord]]]) -> Dict[TopicPartition, int]:
+        append = self._transaction.append if self._transaction is not None else self._broker.append
+        if self._transactional_id is not None and self._transaction is None:
+            raise RuntimeError("transactional producer: call begin_transaction() before send()")
+        ends = {}
         for topic, partition, records in batches:
-            self._broker.append(topic, partition, records)
+            ends[TopicPartition(topic, partition)] = append(topic, partition, records) + len(records)
+        return ends
 
     async def flush(self) -> None:
         self._broker.sync()
+
+    async def begin_transaction(self) -> None:
+        if self._transactional_id is None:
+            raise RuntimeError("this producer has no transactional id")
+        self._transaction = self._broker.begin_transaction(self._transactional_id)
+
+    async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        transaction, self._transaction = self._transaction, None
+        if offsets:
+            transaction.commit_offsets(group, offsets)
+        transaction.commit()
+
+    async def abort_transaction(self) -> None:
+        transaction, self._transaction = self._transaction, None
+        if transaction is not None:
+            transaction.abort()
+
+    def close(self) -> None:
+        if self._transaction is not None:
+            self._transaction.abort()
+            self._transaction = None
 
 
 class EmbeddedMembership(Membership):
@@ -106,14 +140,17 @@ class EmbeddedTransport(Transport):
         self.broker = EmbeddedBroker(directory)
         self.admin = self.broker
 
-    def consumer(self, group: str) -> Consumer:
-        return EmbeddedConsumer(self.broker, group)
+    def consumer(self, group: str, *, read_committed: bool = True) -> Consumer:
+        return EmbeddedConsumer(self.broker, group, read_committed)
 
-    def producer(self) -> Producer:
-        return EmbeddedProducer(self.broker)
+    def producer(self, *, transactional_id: Optional[str] = None) -> Producer:
+        return EmbeddedProducer(self.broker, transactional_id)
 
     def membership(self, group: str) -> Membership:
         return EmbeddedMembership(self.broker, group)
+
+    def resolve_abandoned_transactions(self) -> int:
+        return self.broker.resolve_abandoned_transactions()
 
     def close(self) -> None:
         self.broker.close()

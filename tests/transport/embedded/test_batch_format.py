@@ -99,3 +99,40 @@ def test_bad_records_are_rejected_with_a_clear_message(records, message):
 def test_empty_batch_is_rejected():
     with pytest.raises(ValueError):
         encode_batch([], 0)
+
+
+# ---------------------------------------------------------------- compacted batches, markers
+
+def test_a_compacted_batch_keeps_offsets_with_gaps_and_covers_its_span():
+    from streamkit.transport.embedded.batch_format import (
+        FLAG_COMPACTED, batch_span, delete_horizon, header_is_valid)
+    records = [(b"a", b"1", 5, None), (b"b", None, 6, (("h", b"x"),)), (None, b"3", 7, None)]
+    batch = encode_batch(records, 100, offsets=[100, 104, 109], span=20, horizon=12345)
+    length, _crc, magic, flags, reserved, base, _pid, count = HEADER.unpack_from(batch)
+    assert flags & FLAG_COMPACTED and header_is_valid(magic, flags, reserved, count, length)
+    assert batch_span(batch, 0, flags, count) == 20 and delete_horizon(batch, 0, flags) == 12345
+    decoded, _ = decode(batch)
+    assert decoded == [(100, 5, b"a", b"1", None), (104, 6, b"b", None, (("h", b"x"),)),
+                       (109, 7, None, b"3", None)]
+    empty = encode_batch([], 100, offsets=[], span=7)  # covers offsets, holds no record
+    length, _crc, magic, flags, reserved, base, _pid, count = HEADER.unpack_from(empty)
+    assert count == 0 and header_is_valid(magic, flags, reserved, count, length)
+    assert batch_span(empty, 0, flags, count) == 7 and decode(empty)[0] == []
+    assert not header_is_valid(MAGIC, 0, 0, 0, length)  # count 0 only when compacted
+    with pytest.raises(ValueError):
+        encode_batch(records, 100, offsets=[100, 100, 101], span=5)
+    with pytest.raises(ValueError):
+        encode_batch(records[:1], 100, offsets=[120], span=20)
+
+
+def test_markers_are_control_batches_of_their_transaction():
+    from streamkit.transport.embedded.batch_format import (
+        FLAG_CONTROL, FLAG_TRANSACTIONAL, encode_marker, marker_is_commit)
+    for commit in (True, False):
+        marker = encode_marker(1 << 33 | 7, commit, 42, 99)
+        _len, _crc, _m, flags, _r, base, pid, count = HEADER.unpack_from(marker)
+        assert flags & FLAG_CONTROL and flags & FLAG_TRANSACTIONAL
+        assert (base, pid, count) == (42, 1 << 33 | 7, 1)
+        assert marker_is_commit(marker, 0) is commit
+        assert zlib.crc32(memoryview(marker)[8:]) == _crc
+    assert marker_is_commit(encode_batch([(b"k", b"v", 1, None)], 0), 0) is None

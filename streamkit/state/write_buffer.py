@@ -1,0 +1,92 @@
+"""A store's uncommitted writes, in front of its persistent byte store.
+
+Every write of a commit interval lands here; at commit the buffer yields one
+changelog record per written key, and after the transport commit it is applied
+to the persistent store in one batch together with the changelog offset. So a
+hot key costs one changelog record and one RocksDB write per commit, and the
+persistent store never holds writes of an uncommitted interval (exactly-once
+needs that). Reads see the buffer first.
+
+Flush listeners implement the DSL's record cache: an aggregation with caching
+on forwards nothing per update; at commit each written key is forwarded once
+with its latest value and the value it had at the previous commit.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from .bytes_store import BytesStore
+
+FlushListener = Callable[[bytes, Optional[bytes], Optional[bytes]], None]
+"""listener(key, new_value, old_value): raw bytes, None = absent."""
+
+_MISSING = object()
+_ENTRY_OVERHEAD = 64  # rough bytes per buffered entry beyond key and value
+
+
+class WriteBuffer:
+    """Buffered reads and writes of one store of one task."""
+
+    def __init__(self, name: str, persistent: BytesStore) -> None:
+        self.name = name
+        self.persistent = persistent
+        self.pending: Dict[bytes, Optional[bytes]] = {}
+        self.size_bytes = 0
+        self.flush_listeners: List[FlushListener] = []
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        value = self.pending.get(key, _MISSING)
+        if value is _MISSING:
+            return self.persistent.get(key)
+        return value  # type: ignore[return-value]
+
+    def put(self, key: bytes, value: Optional[bytes]) -> None:
+        pending = self.pending
+        if key not in pending:
+            self.size_bytes += len(key) + (len(value) if value else 0) + _ENTRY_OVERHEAD
+        pending[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.put(key, None)
+
+    def range(self, start: Optional[bytes], end: Optional[bytes]) -> Iterator[Tuple[bytes, bytes]]:
+        """Persistent entries overlaid with buffered ones, in key order."""
+        buffered = sorted((k, v) for k, v in self.pending.items()
+                          if (start is None or k >= start) and (end is None or k <= end))
+        if not buffered:
+            yield from self.persistent.range(start, end)
+            return
+        overridden = {k for k, _ in buffered}
+        merged = heapq.merge(((k, 0, v) for k, v in buffered),
+                             ((k, 1, v) for k, v in self.persistent.range(start, end) if k not in overridden))
+        for key, _source, value in merged:
+            if value is not None:
+                yield key, value
+
+    def approximate_len(self) -> int:
+        return self.persistent.approximate_len() + sum(1 for v in self.pending.values() if v is not None)
+
+    def flush(self) -> None:
+        """Forward each buffered key to the flush listeners (latest value, value at last commit)."""
+        if not self.flush_listeners:
+            return
+        get_persistent = self.persistent.get
+        for key, value in list(self.pending.items()):
+            old = get_persistent(key)
+            if old is None and value is None:
+                continue
+            for listener in self.flush_listeners:
+                listener(key, value, old)
+
+    def persist(self, changelog_offset: Optional[int]) -> None:
+        """Apply the buffered writes (and the changelog offset they reach) in one batch."""
+        if self.pending or changelog_offset is not None:
+            self.persistent.apply(self.pending, changelog_offset)
+        self.pending = {}
+        self.size_bytes = 0
+
+    def discard(self) -> None:
+        """Forget uncommitted writes (the interval is being abandoned)."""
+        self.pending = {}
+        self.size_bytes = 0

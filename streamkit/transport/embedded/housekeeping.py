@@ -1,0 +1,145 @@
+"""Housekeeping of the embedded log: retention and compaction passes over all topics.
+
+Each partition is handled under its ``.cleaner.lock``, taken without blocking: two
+processes never clean the same partition at once, and a busy partition is simply
+left for the next pass. Producers and consumers are never blocked (the append lock
+is held only for the rename of a compacted segment).
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Optional
+
+from streamkit.transport.embedded.compaction import compact
+from streamkit.transport.embedded.errors import EmbeddedBrokerError, UnknownTopicError
+from streamkit.transport.embedded.partition_log import (
+    CLEANER_LOCK_NAME, TEMP_PREFIX, PartitionLog)
+from streamkit.transport.embedded.retention import apply_retention
+from streamkit.transport.embedded.sealed_segment import SegmentStats, segment_stats
+from streamkit.transport.embedded.topic_config import TopicConfig
+
+if TYPE_CHECKING:
+    from streamkit.transport.embedded.broker import EmbeddedBroker
+
+logger = logging.getLogger(__name__)
+
+_MAX_CACHED_STATS = 10_000
+
+
+class Housekeeper:
+    """Runs retention and compaction for one broker, on demand or in a daemon thread."""
+
+    def __init__(self, broker: "EmbeddedBroker") -> None:
+        self._broker = broker
+        self._stats: dict[tuple[str, int, int, int], SegmentStats] = {}
+        self._mutex = threading.Lock()  # one pass at a time in this broker
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+
+    def run(self, now_ms: Optional[int] = None) -> dict[str, dict[str, int]]:
+        """One pass over all topics: {topic: {"segments_deleted", "records_removed",
+        "segments_compacted"}}."""
+        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        result: dict[str, dict[str, int]] = {}
+        with self._mutex:
+            for metadata in self._broker.list_topics():
+                config = TopicConfig.parse(metadata.config, metadata.name)
+                counts = {"segments_deleted": 0, "records_removed": 0, "segments_compacted": 0}
+                for partition in range(metadata.partitions):
+                    try:
+                        log = self._broker._log(metadata.name, partition, refresh=True)
+                        self._partition(log, config, now, counts)
+                    except (UnknownTopicError, FileNotFoundError):
+                        logger.debug("topic '%s' went away during housekeeping", metadata.name)
+                        break  # deleted meanwhile
+                    except (EmbeddedBrokerError, OSError):
+                        logger.exception("housekeeping of topic '%s' partition %d failed",
+                                         metadata.name, partition)
+                result[metadata.name] = counts
+        return result
+
+    def _partition(self, log: PartitionLog, config: TopicConfig, now_ms: int,
+                   counts: dict[str, int]) -> None:
+        try:
+            fd = os.open(log.file_path(CLEANER_LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            return  # the topic was deleted
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                logger.debug("%s: another process is cleaning it", log.describe())
+                return
+            _remove_temp_files(log)
+            if config.delete:
+                deleted, removed = apply_retention(log, config, now_ms, self._stats_of)
+                counts["segments_deleted"] += deleted
+                counts["records_removed"] += removed
+            if config.compact:
+                rewritten, removed = compact(log, config, now_ms, self._stats_of)
+                counts["segments_compacted"] += rewritten
+                counts["records_removed"] += removed
+        finally:
+            os.close(fd)
+
+    def _stats_of(self, log: PartitionLog, base: int) -> SegmentStats:
+        """Stats of a sealed segment, cached by file identity (sealed files never change)."""
+        path = log.segment_path(base)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            st = os.fstat(fd)
+            key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+            stats = self._stats.get(key)
+            if stats is None:
+                stats = segment_stats(fd, base, log.describe(os.path.basename(path)))
+                if len(self._stats) >= _MAX_CACHED_STATS:
+                    self._stats.clear()
+                self._stats[key] = stats
+            return stats
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ background
+
+    def start(self, interval: float) -> None:
+        """Run a pass every `interval` seconds in a daemon thread, until stop()."""
+        if interval <= 0:
+            raise ValueError(f"housekeeping interval must be > 0 s, got {interval!r}")
+        if self._thread is not None and self._thread.is_alive():
+            raise EmbeddedBrokerError("housekeeping is already running for this broker")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, args=(interval,),
+                                        name="streamkit-housekeeping", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        self._thread = None
+
+    def _loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.run()
+            except Exception:
+                logger.exception("housekeeping pass failed")
+
+
+def _remove_temp_files(log: PartitionLog) -> None:
+    """Under the cleaner lock: temp files of a cleaner that died mid-pass."""
+    try:
+        names = os.listdir(log.directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(TEMP_PREFIX):
+            try:
+                os.unlink(log.file_path(name))
+            except FileNotFoundError:
+                pass

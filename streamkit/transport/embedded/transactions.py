@@ -1,0 +1,809 @@
+"""Transactions of the embedded broker: appends to any partitions plus consumer-group
+offsets that become visible all together or not at all, across processes and crashes.
+
+Layout under ``<dir>/transactions/``::
+
+    .lock, .producer-ids          the counter that hands out producer ids
+    <transactional id>/           percent-encoded, one per transactional id:
+        .lock                     flock'ed (exclusive, briefly) around every change below
+        state                     the transaction record (below), in two slots
+        epoch                     8 bytes, the current owner's epoch, rewritten in place
+        owner-<epoch>.lock        flock'ed by the live owner of that epoch, until it closes
+                                  or dies (the kernel drops the lock even on kill -9)
+
+``resolve_abandoned_transactions`` removes the directory of an id that has no owner
+and nothing pending (a worker uses a new id per process, so they would pile up).
+
+The record is JSON written alternately into two slots of ``state`` (at byte 0 and
+at 1 MiB), each ``magic:u32, version:u64, length:u32, crc32:u32`` then the JSON: a
+write is one pwrite into the older slot plus one fdatasync, and a torn write only
+ever damages the slot that was being replaced, whose CRC then fails (readers take
+the valid slot with the highest version). The record::
+
+    {"transactional_id", "producer_id", "epoch", "active": an owner holds the id,
+     "sequence": n,  "state": "committing" | "complete",
+     "partitions": [[topic, p], ...], "offsets": {group: [[topic, p, offset], ...]},
+                     (of transaction n, kept while it is "committing")
+     "registered": [[topic, p], ...]   partitions the owner may have appended to}
+
+Transaction number n of an id has the id ``producer_id << 32 | n``, written as
+producer_id in its batches and markers. Transaction n+1 is the only one that can be
+open when the record says n, so the record never needs a write when a transaction
+begins. A transaction goes:
+
+1. append: before the owner's first append to a partition, the partition joins
+   ``registered`` (record rewritten, fsync'ed; once per partition per owner). Each
+   append checks, under the partition's append lock, that the epoch file still holds
+   the owner's epoch (fencing).
+2. commit: fsync the touched partitions in parallel (and the previous commit's
+   markers and offset files) -> COMMIT POINT: the record becomes "committing n" with
+   the partitions and offsets of n, fsync'ed, after checking the epoch under .lock ->
+   COMMIT markers appended to every touched partition -> offsets merged into the
+   groups' offsets.json, tagged (transactional id, transaction id) so that a merge
+   happens once (transaction ids of a transactional id only grow: producer ids come
+   from a counter, and the files of an id with nothing pending may be removed).
+   The record stays "committing n" until the next commit, abort or close replaces
+   it, and whoever replaces it first fsyncs n's markers and offset files.
+3. abort: ABORT markers to every touched partition, fsync'ed, then the record
+   becomes "complete n" (fsync'ed).
+
+Why a crash (kill -9, or power loss for the fsync'ed steps) is safe at each point:
+
+- Before the commit point (during appends, registrations, the parallel fsync or
+  a torn write of the record's slot): the record still says n-1, so recovery
+  writes ABORT markers for n to every registered partition; since registration
+  precedes the first append, every batch of n gets one. Readers never return
+  records of a transaction without a COMMIT marker, so nothing of n is ever seen.
+  A torn batch is dropped by the next writer as usual.
+- After the commit point: the record says "committing n", so recovery rolls n
+  forward: COMMIT markers to its partitions (a second COMMIT marker of a transaction
+  changes nothing: its outcome is already known) and the offsets merge (skipped if
+  n was merged already). Its data is durable: it was fsync'ed before the commit point.
+- During an abort: the record still says n-1 (abort not recorded yet), so recovery
+  aborts n again. Markers are fsync'ed before the record says "complete n".
+- Recovery itself is idempotent. It ends by writing "complete n+1" (with no
+  registered partitions) when a new owner takes over, or by removing the id's
+  files (resolve_abandoned_transactions); a crash before that leaves the record
+  pending, so recovery just runs again.
+
+Recovery runs under the id's .lock when a new owner's first ``begin_transaction``
+takes the id over (it bumps the epoch first: a still-living old owner is fenced,
+its next append or commit raises ProducerFencedError, and it can no longer append
+after the ABORT markers: appends check the epoch file under the partition lock,
+and the epoch file is rewritten before any marker), and in
+``resolve_abandoned_transactions`` for records whose owner lock is free (owner dead).
+
+A fenced owner learns it once, from whichever call notices (append, commit or its
+next begin_transaction raises ProducerFencedError); its broker then forgets the id,
+so a later begin_transaction takes it over again like a new owner. In the worker,
+task locks make sure only the task's owner does that.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import socket
+import struct
+import threading
+import time
+import uuid
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
+from urllib.parse import unquote
+
+from streamkit.transport.base import OutgoingRecord, TopicPartition
+from streamkit.transport.embedded.errors import (
+    EmbeddedBrokerError, ProducerFencedError, TransactionStateError, UnknownPartitionError,
+    UnknownTopicError)
+from streamkit.transport.embedded.group_store import (
+    TRASH_PREFIX, encode_name, fsync_dir, validate_offsets)
+from streamkit.transport.embedded.partition_log import (
+    LogGoneError, PartitionLog, read_int_file, write_int_file)
+
+if TYPE_CHECKING:
+    from streamkit.transport.embedded.broker import EmbeddedBroker
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "state"
+EPOCH_FILE = "epoch"
+LOCK_FILE = ".lock"
+PRODUCER_IDS_FILE = ".producer-ids"
+_EPOCH = struct.Struct("<q")
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+_MAX_SEQUENCE = 0xFFFFFFFF
+
+
+def transaction_id(producer_id: int, sequence: int) -> int:
+    """The id of transaction `sequence` of a producer: its producer_id in batches."""
+    return (producer_id << 32) | (sequence & _MAX_SEQUENCE)
+
+
+# ---------------------------------------------------------------------------- fsync in parallel
+
+_pool: Optional[ThreadPoolExecutor] = None
+_pool_mutex = threading.Lock()
+
+
+def _reset_pool() -> None:
+    global _pool
+    _pool = None  # threads do not survive fork
+
+
+os.register_at_fork(after_in_child=_reset_pool)
+
+
+def sync_all(logs: Iterable[PartitionLog], files: Iterable[Path] = ()) -> None:
+    """fsync partitions (what they appended) and files (with their directories), in
+    parallel: a file system commits concurrent fsyncs together."""
+    global _pool
+    jobs: list[Callable[[], None]] = [log.sync for log in logs]
+    directories = set()
+    for path in files:
+        jobs.append(lambda path=path: _fsync_path(path))
+        directories.add(path.parent)
+    jobs.extend(lambda d=d: _fsync_path(d) for d in directories)
+    if len(jobs) <= 1:
+        for job in jobs:
+            job()
+        return
+    with _pool_mutex:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="streamkit-fsync")
+        pool = _pool
+    for future in [pool.submit(job) for job in jobs]:
+        future.result()
+
+
+def _fsync_path(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return  # replaced meanwhile: the newer file is its writer's business
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------- the record
+
+def _tp_list(tps: Iterable[TopicPartition]) -> list[list]:
+    return sorted([tp[0], tp[1]] for tp in tps)
+
+
+def _offsets_json(offsets: Mapping[str, Mapping[TopicPartition, int]]) -> dict:
+    return {group: sorted([tp[0], tp[1], off] for tp, off in offs.items())
+            for group, offs in offsets.items()}
+
+
+def _offsets_from_json(data: Mapping[str, list]) -> dict[str, dict[TopicPartition, int]]:
+    return {group: {TopicPartition(t, int(p)): int(o) for t, p, o in entries}
+            for group, entries in data.items()}
+
+
+_SLOT_HEADER = struct.Struct("<IQII")  # magic, version, length, crc32 of the JSON
+_SLOT_MAGIC = 0x534B5458
+SLOT_SPAN = 1 << 20  # the second slot starts here; a record must fit in a slot
+
+
+class _IdDirectory:
+    """The files of one transactional id (see the module docstring)."""
+
+    def __init__(self, root: Path, transactional_id: str) -> None:
+        self.transactional_id = transactional_id
+        self.path = root / encode_name(transactional_id, "transactional id")
+        self.state_path = self.path / STATE_FILE
+        self.epoch_path = self.path / EPOCH_FILE
+        self._fd = -1
+
+    def owner_lock_path(self, epoch: int) -> Path:
+        return self.path / f"owner-{epoch}.lock"
+
+    def lock(self) -> "_Flock":
+        return _Flock(self.path / LOCK_FILE)
+
+    def remove(self) -> None:
+        """Under .lock: delete the id's files (it has no owner and nothing pending)."""
+        self.close()
+        trash = self.path.with_name(f"{TRASH_PREFIX}deleted-{uuid.uuid4().hex}")
+        os.rename(self.path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def read(self) -> Optional[dict]:
+        """The newest valid record, None if there is none yet."""
+        if self._fd < 0:
+            try:
+                self._fd = os.open(self.state_path, os.O_RDWR)
+            except FileNotFoundError:
+                return None
+        version, payload = max(self._slots(), default=(0, None), key=lambda s: s[0])
+        if payload is None:
+            return None
+        try:
+            return json.loads(payload)
+        except ValueError as exc:  # a valid CRC over bad JSON: written by something else
+            raise EmbeddedBrokerError(f"transactional id '{self.transactional_id}': "
+                                      f"unreadable record in {self.state_path}: {exc}") from None
+
+    def write(self, record: dict) -> None:
+        """Under .lock: replace the record, durably (pwrite into the older slot, fdatasync)."""
+        payload = json.dumps(record, sort_keys=True).encode()
+        if len(payload) + _SLOT_HEADER.size > SLOT_SPAN:
+            raise EmbeddedBrokerError(f"transactional id '{self.transactional_id}': record of "
+                                      f"{len(payload)} bytes is too large")
+        created = False
+        if self._fd < 0:
+            try:
+                self._fd = os.open(self.state_path, os.O_RDWR)
+            except FileNotFoundError:
+                self._fd = os.open(self.state_path, os.O_RDWR | os.O_CREAT, 0o644)
+                created = True
+        version = max((v for v, _ in self._slots()), default=0) + 1
+        header = _SLOT_HEADER.pack(_SLOT_MAGIC, version, len(payload), zlib.crc32(payload))
+        data = header + payload
+        if os.pwrite(self._fd, data, (version % 2) * SLOT_SPAN) != len(data):
+            raise EmbeddedBrokerError(f"{self.state_path}: short write")
+        _fdatasync(self._fd)
+        if created:
+            fsync_dir(self.path)
+
+    def _slots(self) -> list[tuple[int, bytes]]:
+        """(version, JSON) of each valid slot."""
+        out = []
+        for start in (0, SLOT_SPAN):
+            head = os.pread(self._fd, _SLOT_HEADER.size, start)
+            if len(head) < _SLOT_HEADER.size:
+                continue
+            magic, version, length, crc = _SLOT_HEADER.unpack(head)
+            if magic != _SLOT_MAGIC or length > SLOT_SPAN:
+                continue
+            payload = os.pread(self._fd, length, start + _SLOT_HEADER.size)
+            if len(payload) == length and zlib.crc32(payload) == crc:
+                out.append((version, payload))
+        return out
+
+    def remove_temp_files(self) -> None:
+        """Under .lock: leftovers of interrupted writes (none are made today; kept tidy)."""
+        for path in self.path.glob(f"{TRASH_PREFIX}*"):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def owner_alive(self, epoch: int) -> bool:
+        """Whether a process holds the owner lock of `epoch` (it unlocks when it dies)."""
+        try:
+            fd = os.open(self.owner_lock_path(epoch), os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+
+class _Flock:
+    """An exclusive, blocking flock on a lock file, as a context manager.
+
+    The lock file's directory may be removed (an id with nothing pending) while we
+    wait: the lock is then retaken on the file that the path names afterwards.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fd = -1
+
+    def __enter__(self) -> "_Flock":
+        while True:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                continue  # removed between mkdir and open
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.stat(self._path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                return self
+            os.close(fd)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)
+
+
+def _me() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+
+
+# ---------------------------------------------------------------------------- coordinator
+
+class TransactionCoordinator:
+    """The transactional ids of one EmbeddedBroker instance, and recovery of abandoned ones."""
+
+    def __init__(self, broker: "EmbeddedBroker", root: Path) -> None:
+        self._broker = broker
+        self._root = root  # created on first use
+        self._producers: dict[str, _Producer] = {}
+        self._mutex = threading.Lock()
+
+    def begin(self, transactional_id: str) -> "Transaction":
+        with self._mutex:
+            producer = self._producers.get(transactional_id)
+            if producer is None or producer.fenced or producer.closed:
+                if producer is not None:
+                    producer.release()
+                producer = _Producer.take_over(self, _IdDirectory(self._root, transactional_id))
+                self._producers[transactional_id] = producer
+        try:
+            return producer.begin()
+        except ProducerFencedError:
+            with self._mutex:
+                if self._producers.get(transactional_id) is producer:
+                    del self._producers[transactional_id]
+                producer.release()
+            raise
+
+    def resolve_abandoned(self) -> int:
+        """Resolve the pending transactions of every id whose owner is dead; remove the
+        files of ids that have no owner and nothing pending."""
+        resolved = 0
+        try:
+            names = sorted(os.listdir(self._root))
+        except FileNotFoundError:
+            return 0
+        for name in names:
+            if name.startswith((".", TRASH_PREFIX)) or not (self._root / name).is_dir():
+                continue
+            ids = _IdDirectory(self._root, unquote(name))
+            try:
+                with ids.lock():
+                    record = ids.read()
+                    if record is None:
+                        continue
+                    if _pending(record):
+                        if ids.owner_alive(int(record["epoch"])):
+                            continue
+                        logger.info("transactional id '%s': owner %s is gone; resolving its "
+                                    "transactions", ids.transactional_id, record.get("owner"))
+                        self.recover(ids, record)
+                        resolved += 1
+                    if ids.transactional_id in self._producers:
+                        continue  # ours (no mutex: begin() takes it before the id's lock)
+                    ids.remove()
+            finally:
+                ids.close()
+        return resolved
+
+    def recover(self, ids: _IdDirectory, record: dict) -> dict:
+        """Under the id's .lock: roll a committing transaction forward, abort the one that
+        may be open, make that durable; return the record to write next (sequence + 1)."""
+        sequence = int(record["sequence"])
+        producer_id = int(record["producer_id"])
+        touched: list[PartitionLog] = []
+        files: list[Path] = []
+        if record.get("state") == "committing":
+            txn = transaction_id(producer_id, sequence)
+            logger.info("transactional id '%s': rolling transaction %d forward",
+                        ids.transactional_id, sequence)
+            for topic, partition in record.get("partitions", []):
+                log = self._marker(topic, partition, txn, True)
+                if log is not None:
+                    touched.append(log)
+            offsets = _offsets_from_json(record.get("offsets", {}))
+            files.extend(self.apply_offsets(ids.transactional_id, txn, offsets))
+        if record.get("active"):
+            open_txn = transaction_id(producer_id, sequence + 1)
+            for topic, partition in record.get("registered", []):
+                log = self._marker(topic, partition, open_txn, False)
+                if log is not None:
+                    touched.append(log)
+            sequence += 1
+        sync_all(set(touched), files)
+        return {**record, "sequence": sequence, "state": "complete", "partitions": [],
+                "offsets": {}, "registered": []}
+
+    def apply_offsets(self, transactional_id: str, txn: int,
+                      offsets: Mapping[str, Mapping[TopicPartition, int]]) -> list[Path]:
+        """Merge the offsets of transaction `txn` (its id: ids of a transactional id only
+        grow) into their groups, once; the files to fsync."""
+        groups = self._broker._groups
+        for group, group_offsets in offsets.items():
+            groups.commit(group, group_offsets, txn=(transactional_id, txn), durable=False)
+        return [groups.offsets_path(group) for group in offsets]
+
+    def log(self, topic: str, partition: int) -> PartitionLog:
+        return self._broker._log(topic, partition)
+
+    def _marker(self, topic: str, partition: int, txn: int,
+                commit: bool) -> Optional[PartitionLog]:
+        try:
+            log = self._broker._log(topic, partition, refresh=True)
+            log.append_marker(txn, commit)
+            return log
+        except (UnknownTopicError, UnknownPartitionError, LogGoneError):
+            logger.warning("transaction %d: %s[%d] is gone; no marker written there",
+                           txn, topic, partition)
+            return None
+
+    def close(self) -> None:
+        with self._mutex:
+            producers = list(self._producers.values())
+            self._producers.clear()
+        for producer in producers:
+            try:
+                producer.close()
+            except Exception:  # close must not fail: recovery will finish the job
+                logger.exception("transactional id '%s': could not close cleanly",
+                                 producer.transactional_id)
+
+
+def _pending(record: dict) -> bool:
+    return bool(record.get("active")) or record.get("state") == "committing"
+
+
+class _Producer:
+    """This broker instance's ownership of a transactional id, at one epoch."""
+
+    def __init__(self, coordinator: TransactionCoordinator, ids: _IdDirectory, record: dict,
+                 owner_fd: int, epoch_fd: int) -> None:
+        self.coordinator = coordinator
+        self.ids = ids
+        self.transactional_id = ids.transactional_id
+        self.producer_id = int(record["producer_id"])
+        self.epoch = int(record["epoch"])
+        self.sequence = int(record["sequence"])  # of the last transaction that finished
+        self.registered: set[TopicPartition] = set()
+        self.fenced = False
+        self.closed = False
+        self.current: Optional[Transaction] = None
+        self._record = record
+        self._owner_fd = owner_fd
+        self._epoch_fd = epoch_fd
+        self._epoch_bytes = _EPOCH.pack(self.epoch)
+        self._unsynced_logs: set[PartitionLog] = set()  # markers of the last commit
+        self._unsynced_files: set[Path] = set()  # offset files of the last commit
+        self._needs_recovery = False
+        self._mutex = threading.RLock()
+
+    @classmethod
+    def take_over(cls, coordinator: TransactionCoordinator, ids: _IdDirectory) -> "_Producer":
+        """Become the owner of the id: bump its epoch (fencing any other owner) and
+        resolve what a previous owner left pending."""
+        with ids.lock():
+            record = ids.read()
+            if record is None:
+                record = {"transactional_id": ids.transactional_id,
+                          "producer_id": _next_producer_id(coordinator._root), "epoch": -1,
+                          "sequence": 0, "state": "complete", "active": False}
+            epoch = int(record["epoch"]) + 1
+            owner_fd = os.open(ids.owner_lock_path(epoch), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(owner_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                epoch_fd = os.open(ids.epoch_path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    os.pwrite(epoch_fd, _EPOCH.pack(epoch), 0)  # fences the old owner
+                    os.fsync(epoch_fd)
+                    ids.remove_temp_files()
+                    if _pending(record):
+                        if record.get("active") and ids.owner_alive(int(record["epoch"])):
+                            logger.warning("transactional id '%s': fencing its live owner %s",
+                                           ids.transactional_id, record.get("owner"))
+                        record = coordinator.recover(ids, record)
+                    record = {**record, "epoch": epoch, "active": True, "owner": _me(),
+                              "state": "complete", "partitions": [], "offsets": {},
+                              "registered": []}
+                    ids.write(record)
+                except BaseException:
+                    os.close(epoch_fd)
+                    raise
+            except BaseException:
+                os.close(owner_fd)
+                ids.close()
+                raise
+        for stale in ids.path.glob("owner-*.lock"):
+            if stale.name != ids.owner_lock_path(epoch).name:
+                try:
+                    stale.unlink()
+                except FileNotFoundError:
+                    pass
+        logger.debug("transactional id '%s': owner at epoch %d", ids.transactional_id, epoch)
+        return cls(coordinator, ids, record, owner_fd, epoch_fd)
+
+    # ------------------------------------------------------------------ fencing
+
+    def check_fence(self) -> None:
+        """Raise ProducerFencedError if another owner took the id (cheap: one pread)."""
+        if self.closed:
+            raise TransactionStateError(f"transactional id '{self.transactional_id}': "
+                                        f"its broker was closed")
+        if self.fenced or os.pread(self._epoch_fd, 8, 0) != self._epoch_bytes:
+            self.fenced = True
+            raise ProducerFencedError(
+                f"transactional id '{self.transactional_id}': this owner (epoch {self.epoch}) "
+                f"was fenced by a newer one; its open transaction is aborted")
+
+    # ------------------------------------------------------------------ transactions
+
+    def begin(self) -> "Transaction":
+        with self._mutex:
+            self.check_fence()
+            if self.current is not None:
+                raise TransactionStateError(
+                    f"transactional id '{self.transactional_id}': transaction "
+                    f"{self.current.sequence} is still open; commit or abort it first")
+            if self._needs_recovery:
+                self._recover_own()
+            if self.sequence + 1 > _MAX_SEQUENCE:
+                raise EmbeddedBrokerError(f"transactional id '{self.transactional_id}': "
+                                          f"out of transaction numbers")
+            self.current = Transaction(self, self.sequence + 1)
+            return self.current
+
+    def register(self, tp: TopicPartition) -> None:
+        """Record, durably, that the owner may append to `tp` (before it does)."""
+        with self._mutex, self.ids.lock():
+            self.check_fence()
+            self.registered.add(tp)
+            self._write_record(registered=_tp_list(self.registered))
+
+    def commit(self, txn: "Transaction") -> None:
+        with self._mutex:
+            self._finish_check(txn)
+            if not txn.touched and not txn.offsets:
+                self._done(txn, "committed")
+                return
+            try:
+                self.check_fence()
+                sync_all(set(txn.touched.values()) | self._unsynced_logs, self._unsynced_files)
+                self._unsynced_logs, self._unsynced_files = set(), set()
+                with self.ids.lock():
+                    self.check_fence()
+                    self._write_record(sequence=txn.sequence, state="committing",
+                                       partitions=_tp_list(txn.touched),
+                                       offsets=_offsets_json(txn.offsets))
+            except ProducerFencedError:
+                self._done(txn, "fenced")
+                raise
+            except BaseException:
+                if not self._commit_point_reached(txn):
+                    self._abort_quietly(txn)
+                    raise
+                logger.exception("transactional id '%s': error after the commit point of "
+                                 "transaction %d; completing it", self.transactional_id,
+                                 txn.sequence)
+            # The commit point is passed: the transaction is committed, whatever follows.
+            self.sequence = txn.sequence
+            self._done(txn, "committed")
+            try:
+                self._complete(txn)
+            except BaseException as exc:
+                self._needs_recovery = True
+                raise EmbeddedBrokerError(
+                    f"transactional id '{self.transactional_id}': transaction {txn.sequence} "
+                    f"is committed but completing it failed ({exc!r}); the next "
+                    f"begin_transaction or recovery finishes it") from exc
+
+    def _commit_point_reached(self, txn: "Transaction") -> bool:
+        """Whether the record on disk says `txn` is committing (an error came after the
+        rename of the commit point): then it is committed and must not be aborted."""
+        try:
+            record = self.ids.read()
+        except Exception:
+            return False
+        return bool(record and record.get("state") == "committing"
+                    and int(record.get("sequence", -1)) == txn.sequence
+                    and int(record.get("epoch", -1)) == self.epoch)
+
+    def _complete(self, txn: "Transaction") -> None:
+        """After the commit point: markers, then offsets. Made durable by the next commit."""
+        for log in txn.touched.values():
+            log.append_marker(txn.id, True)
+        self._unsynced_logs = set(txn.touched.values())
+        self._unsynced_files = set(self.coordinator.apply_offsets(
+            self.transactional_id, txn.id, txn.offsets))
+
+    def abort(self, txn: "Transaction") -> None:
+        with self._mutex:
+            self._finish_check(txn)
+            if not txn.touched:
+                self._done(txn, "aborted")
+                return
+            try:
+                self.check_fence()
+            except ProducerFencedError:
+                self._done(txn, "fenced")  # the new owner aborted it
+                return
+            try:
+                self._write_abort(txn)
+            finally:
+                self._done(txn, "aborted")
+
+    def _write_abort(self, txn: "Transaction") -> None:
+        for log in txn.touched.values():
+            log.append_marker(txn.id, False)
+        sync_all(set(txn.touched.values()) | self._unsynced_logs, self._unsynced_files)
+        self._unsynced_logs, self._unsynced_files = set(), set()
+        with self.ids.lock():
+            if os.pread(self._epoch_fd, 8, 0) != self._epoch_bytes:
+                self.fenced = True
+                return  # the new owner recorded it
+            self._write_record(sequence=txn.sequence, state="complete", partitions=[],
+                               offsets={})
+        self.sequence = txn.sequence
+
+    def _abort_quietly(self, txn: "Transaction") -> None:
+        try:
+            self._write_abort(txn)
+        except Exception:
+            logger.exception("transactional id '%s': could not abort transaction %d; "
+                             "recovery will", self.transactional_id, txn.sequence)
+            self._needs_recovery = True
+        self._done(txn, "aborted")
+
+    def _recover_own(self) -> None:
+        with self.ids.lock():
+            self.check_fence()
+            record = self.coordinator.recover(self.ids, self.ids.read() or self._record)
+            self.registered.clear()
+            self._record = {**record, "active": True}
+            self.ids.write(self._record)
+            self.sequence = int(record["sequence"])
+        self._unsynced_logs, self._unsynced_files = set(), set()
+        self._needs_recovery = False
+
+    def _finish_check(self, txn: "Transaction") -> None:
+        if txn.state != "open":
+            raise TransactionStateError(f"transaction {txn.sequence} of '{self.transactional_id}'"
+                                        f" is already {txn.state}")
+
+    def _done(self, txn: "Transaction", state: str) -> None:
+        txn.state = state
+        if self.current is txn:
+            self.current = None
+
+    def _write_record(self, **changes: object) -> None:
+        """Under the id's .lock: rewrite the record, durably."""
+        self._record = {**self._record, **changes}
+        self.ids.write(self._record)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Abort an open transaction, make the last commit durable, give the id up."""
+        with self._mutex:
+            try:
+                if self.current is not None and not self.fenced:
+                    self.abort(self.current)
+                if not self.fenced and not self._needs_recovery:
+                    sync_all(self._unsynced_logs, self._unsynced_files)
+                    self._unsynced_logs, self._unsynced_files = set(), set()
+                    with self.ids.lock():
+                        if os.pread(self._epoch_fd, 8, 0) == self._epoch_bytes:
+                            self._write_record(state="complete", partitions=[], offsets={},
+                                               registered=[], active=False)
+            finally:
+                self.release()
+
+    def release(self) -> None:
+        """Close the files; the owner lock goes with them."""
+        for fd in (self._epoch_fd, self._owner_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._epoch_fd = self._owner_fd = -1
+        self.ids.close()
+        self.closed = True
+
+
+def read_transaction_record(directory: str | os.PathLike, transactional_id: str
+                            ) -> Optional[dict]:
+    """The current record of a transactional id in a broker directory (for diagnostics)."""
+    ids = _IdDirectory(Path(directory) / "transactions", transactional_id)
+    try:
+        return ids.read()
+    finally:
+        ids.close()
+
+
+def _next_producer_id(root: Path) -> int:
+    """A producer id never handed out before in this broker directory."""
+    root.mkdir(parents=True, exist_ok=True)
+    with _Flock(root / LOCK_FILE):
+        path = str(root / PRODUCER_IDS_FILE)
+        value = (read_int_file(path) or 0) + 1
+        write_int_file(path, value)
+    return value
+
+
+class Transaction:
+    """Appends and offset commits that become visible together at commit(), or never.
+
+    Made by ``EmbeddedBroker.begin_transaction``; one open at a time per
+    transactional id. As a context manager it commits on success, aborts on error.
+    """
+
+    def __init__(self, producer: _Producer, sequence: int) -> None:
+        self._producer = producer
+        self.transactional_id = producer.transactional_id
+        self.epoch = producer.epoch
+        self.sequence = sequence
+        self.id = transaction_id(producer.producer_id, sequence)
+        """Written as producer_id in the transaction's batches and markers."""
+        self.state = "open"
+        """open, committed, aborted or fenced."""
+        self.touched: dict[TopicPartition, PartitionLog] = {}
+        self.offsets: dict[str, dict[TopicPartition, int]] = {}
+
+    def __repr__(self) -> str:
+        return (f"Transaction({self.transactional_id!r}, sequence={self.sequence}, "
+                f"epoch={self.epoch}, {self.state})")
+
+    def append(self, topic: str, partition: int, records: Sequence[OutgoingRecord]) -> int:
+        """Append records to a partition as part of this transaction; the first offset."""
+        self._check_open()
+        producer = self._producer
+        tp = TopicPartition(topic, partition)
+        log = self.touched.get(tp)
+        if log is None:
+            log = producer.coordinator.log(topic, partition)
+            if not records:
+                return log.end_offset()
+            if tp not in producer.registered:
+                producer.register(tp)
+            self.touched[tp] = log
+        try:
+            return log.append(records, producer_id=self.id, transactional=True,
+                              guard=producer.check_fence)
+        except LogGoneError:
+            raise UnknownTopicError(f"topic '{topic}' was deleted during transaction "
+                                    f"{self.sequence} of '{self.transactional_id}'") from None
+
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Stage consumer-group offsets; they are committed with the transaction."""
+        self._check_open()
+        encode_name(group, "group name")
+        self.offsets.setdefault(group, {}).update(validate_offsets(offsets))
+
+    def commit(self) -> None:
+        """Make every append and staged offset visible, atomically and durably.
+
+        Raises ProducerFencedError if another owner took the transactional id over (then
+        nothing of this transaction is ever visible).
+        """
+        self._producer.commit(self)
+
+    def abort(self) -> None:
+        """Discard every append and staged offset of this transaction."""
+        self._producer.abort(self)
+
+    def _check_open(self) -> None:
+        if self.state != "open":
+            raise TransactionStateError(
+                f"transaction {self.sequence} of '{self.transactional_id}' is {self.state}")
+
+    def __enter__(self) -> "Transaction":
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self.state != "open":
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()

@@ -1,0 +1,61 @@
+"""Record caching: with caching on, an aggregation forwards each key once per commit."""
+from __future__ import annotations
+
+import orjson
+import pytest
+
+import streamkit as sk
+from streamkit.runtime.assembly import TaskSettings, create_task
+from streamkit.runtime.collector import RecordCollector
+
+
+def _count_task(caching: bool, backend: str, tmp_path):
+    app = sk.App("cache")
+    app.topology(lambda b: b.stream(app.topic("in", partitions=1)).group_by_key().count(name="c")
+                 .to_stream().to("out"))
+    topology = app.build()
+    collector = RecordCollector()
+    partitions = {t: 1 for t in topology.topics}
+    task = create_task(topology, topology.sub_topologies[0], 0, partitions=partitions, collector=collector,
+                       wall_clock=lambda: 0,
+                       settings=TaskSettings(store_backend=backend, state_dir=str(tmp_path), caching=caching))
+    return task, collector
+
+
+def _records(keys, start_offset=0, ts=100):
+    return [(start_offset + i, ts + i, k.encode(), b"1", None) for i, k in enumerate(keys)]
+
+
+def _outputs(collector):
+    return [(k.decode(), orjson.loads(v), ts) for topic, _p, records in collector.drain() if topic == "out"
+            for k, v, ts, _h in records]
+
+
+@pytest.mark.parametrize("backend", ["memory", "rocksdb"])
+def test_caching_forwards_latest_per_key_at_commit(backend, tmp_path) -> None:
+    task, collector = _count_task(True, backend, tmp_path)
+    task.process("in", _records(["a", "b", "a", "a"]))
+    assert _outputs(collector) == []  # nothing before the commit
+    task.store_set.flush()
+    assert _outputs(collector) == [("a", 3, 103), ("b", 1, 101)]
+    task.store_set.persist({})
+    task.process("in", _records(["a"], start_offset=4, ts=200))
+    task.store_set.flush()
+    assert _outputs(collector) == [("a", 4, 200)]
+    task.store_set.close()
+
+
+def test_without_caching_every_update_is_forwarded(tmp_path) -> None:
+    task, collector = _count_task(False, "memory", tmp_path)
+    task.process("in", _records(["a", "b", "a"]))
+    assert _outputs(collector) == [("a", 1, 100), ("b", 1, 101), ("a", 2, 102)]
+    task.store_set.flush()
+    assert _outputs(collector) == []
+
+
+def test_changelog_holds_one_record_per_key_per_commit(tmp_path) -> None:
+    task, _collector = _count_task(True, "memory", tmp_path)
+    task.process("in", _records(["a"] * 100 + ["b"]))
+    [(topic, partition, records)] = task.store_set.changelog_batches(timestamp=task.stream_time)
+    assert topic == "cache-c-changelog" and partition == 0
+    assert [k for k, _v, _ts, _h in records] == [b'"a"', b'"b"']  # store keys are JSON
