@@ -190,6 +190,8 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
     name = node.name
 
     def sink(key: Any, value: Any, timestamp: int) -> None:
+        if task.muted:
+            return
         try:
             key_bytes = key_serialize(key)
             value_bytes = value_serialize(value)

@@ -36,6 +36,8 @@ class TaskContext:
         self.metrics = metrics
         self.caching = caching
         """DSL aggregations forward the latest value per key per commit (else every update)."""
+        self.muted = False
+        """Sinks drop records: the task is re-reading input it already processed, to rebuild state."""
         self.topic: Optional[str] = None
         self.record: Optional[RawRecord] = None
         self.stream_time: int = -1

@@ -56,6 +56,9 @@ class Task:
                                   dlq_partitions=partitions.get(dlq, 1), collector=collector,
                                   metrics=self.metrics)
         self.positions: Dict[TopicPartition, int] = {}
+        self.rebuild_until: Dict[str, int] = {}
+        """Per input topic: offsets below this were processed before; re-reading them
+        rebuilds state with every sink muted (see :meth:`rebuild_from_input`)."""
         entries = compile_sub_topology(topology, sub, self.context)
         self._loops: Dict[str, SourceLoop] = {}
         for topic, node in topology.source_nodes(sub).items():
@@ -72,9 +75,34 @@ class Task:
 
     def process(self, topic: str, records: Sequence[RawRecord]) -> None:
         """Process a batch of records of ``topic`` (this task's partition), in offset order."""
-        if records:
+        if not records:
+            return
+        if self.rebuild_until:
+            self._rebuild(topic, records)
+        else:
             self._loops[topic](records)
-            self.positions[TopicPartition(topic, self.partition)] = records[-1][0] + 1
+        self.positions[TopicPartition(topic, self.partition)] = records[-1][0] + 1
+
+    def rebuild_from_input(self, processed: Dict[TopicPartition, int]) -> None:
+        """Empty the task's stores and re-read its input from the start: records below the
+        ``processed`` offsets only rebuild state (sinks are muted), later ones run normally."""
+        self.store_set.reset()
+        self.rebuild_until = {tp.topic: offset for tp, offset in processed.items() if offset > 0}
+
+    def _rebuild(self, topic: str, records: Sequence[RawRecord]) -> None:
+        until = self.rebuild_until.get(topic, 0)
+        split = 0
+        while split < len(records) and records[split][0] < until:
+            split += 1
+        if split:
+            self.context.muted = True
+            try:
+                self._loops[topic](records[:split])
+            finally:
+                self.context.muted = False
+        if split < len(records):
+            self.rebuild_until.pop(topic, None)
+            self._loops[topic](records[split:])
 
     def punctuate_wall_clock(self) -> int:
         """Fire due wall-clock punctuations; return how many ran."""

@@ -82,6 +82,7 @@ class Worker:
         transactional_id = f"{app.id}-{uuid.uuid4().hex[:12]}" if self.exactly_once else None
         self._producer = self.transport.producer(transactional_id=transactional_id)
         self._membership = self.transport.membership(app.id)
+        self.transport.start_housekeeping()
         log.info("worker for app %s on %s: %d task(s) in the group, %s, state in %s", app.id,
                  self.transport.url, len(self._all_tasks), self.guarantee, self.settings.state_dir)
         try:
@@ -160,11 +161,21 @@ class Worker:
                                collector=self.collector, wall_clock=lambda: int(time.time() * 1000),
                                settings=self.settings)
             self.tasks[tid] = task
-            assert self._restore_consumer is not None
-            self.restored[tid] = dict(await restore_task_stores(tid, task.store_set, self._restore_consumer,
-                                                                 self.transport.admin))
             inputs = task.input_partitions
             positions = self._consumer.committed(inputs)
+            lost = task.store_set.lost_unlogged
+            if lost and positions:
+                # Replaying input for one store would apply it twice to the others: the
+                # whole task's state is rebuilt from the input instead.
+                log.warning("task %s: store(s) %s have no changelog and no local state: rebuilding the "
+                            "task's state from the start of the input (with its outputs muted up to the "
+                            "committed offsets)", tid, ", ".join(lost))
+                task.rebuild_from_input(positions)
+                positions = {}
+            else:
+                assert self._restore_consumer is not None
+                self.restored[tid] = dict(await restore_task_stores(
+                    tid, task.store_set, self._restore_consumer, self.transport.admin))
             self._consumer.assign(inputs, positions)
             for tp in inputs:
                 self._task_of_partition[tp] = task

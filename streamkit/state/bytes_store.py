@@ -27,5 +27,9 @@ class BytesStore(abc.ABC):
     @abc.abstractmethod
     def approximate_len(self) -> int: ...
 
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Drop every entry and the checkpoint: the store is empty and reflects nothing."""
+
     def close(self) -> None:
         """Release resources."""

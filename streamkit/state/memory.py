@@ -49,3 +49,6 @@ class InMemoryBytesStore(BytesStore):
 
     def approximate_len(self) -> int:
         return len(self._data)
+
+    def reset(self) -> None:
+        self._data, self._sorted, self._offset = {}, None, None

@@ -100,9 +100,7 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
 
 
 def _wipe(store: OpenStore) -> None:
-    persistent = store.buffer.persistent
-    keys = [key for key, _ in persistent.range(None, None)]
-    persistent.apply(dict.fromkeys(keys), None)
+    store.buffer.persistent.reset()
 
 
 def _progress_bar(task_id: str, total: int, show: Optional[bool]):

@@ -101,6 +101,11 @@ class RocksDBBytesStore(BytesStore):
     def approximate_len(self) -> int:
         return self._db.property_int_value("rocksdb.estimate-num-keys") or 0
 
+    def reset(self) -> None:
+        self.close()
+        Rdict.destroy(self.path)
+        self.__init__(self.path)  # type: ignore[misc]
+
     def close(self) -> None:
         del self._meta_cf
         del self._meta

@@ -30,6 +30,8 @@ class OpenStore:
     """Where the store is logged; None when its changelog is off."""
     rebuilt: Optional[str] = None
     """Why the local state was discarded on open (corruption), if it was."""
+    created: bool = False
+    """The store started empty: no local state existed (or it was discarded)."""
 
 
 class TaskStores:
@@ -64,6 +66,17 @@ class TaskStores:
             offset = next_offsets.get(store.changelog) if store.changelog is not None else None
             store.buffer.persist(offset)
 
+    def reset(self) -> None:
+        """Empty every store of the task, checkpoints included (before a rebuild from input)."""
+        for store in self.open_stores:
+            store.buffer.discard()
+            store.buffer.persistent.reset()
+
+    @property
+    def lost_unlogged(self) -> List[str]:
+        """Stores without a changelog whose local state is gone: only the input can rebuild them."""
+        return [s.spec.name for s in self.open_stores if s.changelog is None and s.created]
+
     def discard(self) -> None:
         for store in self.open_stores:
             store.buffer.discard()
@@ -89,12 +102,13 @@ def open_task_stores(specs: Iterable[StoreSpec], *, app_id: str, task_id: str, p
     opened = []
     for spec in specs:
         path = os.path.join(state_dir, task_id, spec.name) if state_dir else None
+        existed = backend != "memory" and path is not None and os.path.isdir(path)
         persistent, rebuilt = open_bytes_store(backend, path)
         buffer = WriteBuffer(spec.name, persistent)
         store_class = TimestampedKeyValueStore if spec.timestamped else SerializedKeyValueStore
         store = store_class(spec.name, buffer, spec.key_serde or Json(), spec.value_serde or Json())
         changelog = TopicPartition(changelog_topic(app_id, spec.name), partition) if spec.changelog else None
-        opened.append(OpenStore(spec, buffer, store, changelog, rebuilt))
+        opened.append(OpenStore(spec, buffer, store, changelog, rebuilt, created=not existed or rebuilt is not None))
     return TaskStores(opened)
 
 

@@ -182,6 +182,10 @@ class Transport(abc.ABC):
         """Settle transactions whose producer died (roll forward or abort); return how many."""
         return 0
 
+    def start_housekeeping(self) -> None:
+        """Start the broker-side upkeep this process is responsible for (embedded: retention
+        and compaction in a background thread; a real broker does its own)."""
+
     @abc.abstractmethod
     def membership(self, group: str) -> Membership: ...
 

@@ -11,6 +11,7 @@ from .broker import EmbeddedBroker
 
 MAX_RECORDS_PER_FETCH = 10_000
 _IDLE_SLEEP = 0.01  # s between looks at the log when nothing is there
+HOUSEKEEPING_INTERVAL = 30.0  # s between retention/compaction passes in a worker
 
 
 class EmbeddedConsumer(Consumer):
@@ -151,6 +152,9 @@ class EmbeddedTransport(Transport):
 
     def resolve_abandoned_transactions(self) -> int:
         return self.broker.resolve_abandoned_transactions()
+
+    def start_housekeeping(self) -> None:
+        self.broker.start_housekeeping(HOUSEKEEPING_INTERVAL)
 
     def close(self) -> None:
         self.broker.close()
