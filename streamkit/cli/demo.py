@@ -12,11 +12,13 @@ import click
 import orjson
 
 from ..runtime.worker import run_worker
+from ..serdes import Json
 from ..transport.base import TopicPartition
 from ..transport.factory import open_transport
 from ..transport.partitioner import partition_for_key
 from .loading import load_app
 
+JSON = Json()
 PAGES = ["Home", "Pricing", "Docs", "Blog", "About", "Careers", "Login", "Signup"]
 
 
@@ -48,7 +50,7 @@ def demo(events: int, directory: Optional[str], app_spec: str) -> None:
         for user, view in data:
             key = user.encode()
             per_partition.setdefault(partition_for_key(key, partitions), []).append(
-                (key, orjson.dumps(view), view["ts"], None))
+                (key, JSON.serialize(view), view["ts"], None))
         producer = transport.producer()
         asyncio.run(producer.send([("pageviews", p, recs) for p, recs in sorted(per_partition.items())]))
     finally:

@@ -12,12 +12,14 @@ from typing import Iterator, List, Optional, Tuple
 import click
 import orjson
 
+from ..serdes import Json
 from ..transport.base import OutgoingRecord
 from ..transport.partitioner import partition_for_key
 from .common import broker_option, connected, require_topic
 
 BATCH_RECORDS = 1000
 LINGER_SECONDS = 0.05  # send what we have when stdin pauses this long (interactive use)
+JSON = Json()
 
 
 def _stdin_lines() -> Iterator[Tuple[bytes, bool]]:
@@ -44,7 +46,7 @@ def _key_of(value: object, field: str, line_no: int) -> bytes:
     if not isinstance(value, dict) or field not in value:
         raise click.ClickException(f"line {line_no}: no field '{field}' for --key-field in {value!r:.80}")
     key = value[field]
-    return key.encode() if isinstance(key, str) else orjson.dumps(key)
+    return key.encode() if isinstance(key, str) else JSON.serialize(key)
 
 
 @click.command()
@@ -104,7 +106,7 @@ async def _produce(transport, topic: str, partitions: int, key_field: Optional[s
                     raise _bad_line(line_no, f"not valid JSON ({exc})", line) from None
                 if key_field:
                     key = _key_of(value, key_field, line_no)
-                payload = orjson.dumps(value)
+                payload = b"null" if value is None else JSON.serialize(value)  # a value, not a tombstone
             else:
                 try:
                     line.decode()

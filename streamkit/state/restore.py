@@ -67,6 +67,7 @@ async def restore_task_stores(task_id: str, stores: TaskStores, consumer: Consum
 async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, consumer: Consumer,
                   bar, task_id: str) -> int:
     consumer.assign([tp], {tp: start})
+    store.buffer.forget_cached()  # restore writes below the buffer
     persistent = store.buffer.persistent
     replayed = 0
     last_log = time.monotonic()
@@ -100,6 +101,7 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
 
 
 def _wipe(store: OpenStore) -> None:
+    store.buffer.forget_cached()
     store.buffer.persistent.reset()
 
 

@@ -28,6 +28,10 @@ def _options() -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    # As Kafka Streams sizes its per-task stores: writes arrive in batches at commit
+    # and reads are mostly served by the write buffer's cache above.
+    options.set_write_buffer_size(16 * 1024 * 1024)
+    options.set_max_write_buffer_number(3)
     return options
 
 

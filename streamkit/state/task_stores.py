@@ -70,6 +70,7 @@ class TaskStores:
         """Empty every store of the task, checkpoints included (before a rebuild from input)."""
         for store in self.open_stores:
             store.buffer.discard()
+            store.buffer.forget_cached()
             store.buffer.persistent.reset()
 
     @property

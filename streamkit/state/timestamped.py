@@ -8,13 +8,14 @@ values only.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..serdes import Serde
 from .serialized import SerializedKeyValueStore
 from .write_buffer import WriteBuffer
 
 _TIMESTAMP = struct.Struct(">q")
+_KEY_CACHE_ENTRIES = 100_000
 _NO_TIMESTAMP = _TIMESTAMP.pack(-1)
 
 
@@ -28,6 +29,7 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
         self._value_deserialize = value_deserialize
         self._vser = lambda value: _NO_TIMESTAMP + value_serialize(value)
         self._vdes = lambda raw: value_deserialize(raw[8:])
+        self._key_bytes: Dict[Any, bytes] = {}
 
     def get_with_timestamp(self, key: Any) -> Optional[Tuple[Any, int]]:
         """``(value, timestamp)`` of ``key``, or ``None``."""
@@ -40,7 +42,16 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
     # Read-modify-write paths (aggregations) serialize the key once and use these.
 
     def serialize_key(self, key: Any) -> bytes:
-        return self._kser(key)
+        """The key's bytes, remembered for string keys (aggregations see the same keys again
+        and again). Only strings: 1, 1.0 and True are equal dict keys but serialize apart."""
+        if key.__class__ is not str:
+            return self._kser(key)
+        data = self._key_bytes.get(key)
+        if data is None:
+            if len(self._key_bytes) >= _KEY_CACHE_ENTRIES:
+                self._key_bytes.clear()
+            data = self._key_bytes[key] = self._kser(key)
+        return data
 
     def get_serialized(self, key: bytes) -> Optional[Tuple[Any, int]]:
         raw = self.inner.get(key)

@@ -7,6 +7,9 @@ hot key costs one changelog record and one RocksDB write per commit, and the
 persistent store never holds writes of an uncommitted interval (exactly-once
 needs that). Reads see the buffer first.
 
+Committed entries stay in a bounded read cache (absent keys too), so reading a
+hot key does not go to RocksDB at every commit interval.
+
 Flush listeners implement the DSL's record cache: an aggregation with caching
 on forwards nothing per update; at commit each written key is forwarded once
 with its latest value and the value it had at the previous commit.
@@ -23,23 +26,41 @@ FlushListener = Callable[[bytes, Optional[bytes], Optional[bytes]], None]
 
 _MISSING = object()
 _ENTRY_OVERHEAD = 64  # rough bytes per buffered entry beyond key and value
+DEFAULT_READ_CACHE_BYTES = 32 * 1024 * 1024
 
 
 class WriteBuffer:
     """Buffered reads and writes of one store of one task."""
 
-    def __init__(self, name: str, persistent: BytesStore) -> None:
+    def __init__(self, name: str, persistent: BytesStore, *,
+                 read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES) -> None:
         self.name = name
         self.persistent = persistent
         self.pending: Dict[bytes, Optional[bytes]] = {}
         self.size_bytes = 0
         self.flush_listeners: List[FlushListener] = []
+        self._committed: Dict[bytes, Optional[bytes]] = {}
+        """Read cache of persistent entries (None = absent)."""
+        self._committed_bytes = 0
+        self._read_cache_bytes = read_cache_bytes
 
     def get(self, key: bytes) -> Optional[bytes]:
         value = self.pending.get(key, _MISSING)
         if value is _MISSING:
-            return self.persistent.get(key)
+            value = self._committed.get(key, _MISSING)
+            if value is _MISSING:
+                value = self.persistent.get(key)
+                self._remember(key, value)
         return value  # type: ignore[return-value]
+
+    def _remember(self, key: bytes, value: Optional[bytes]) -> None:
+        committed = self._committed
+        if key not in committed:
+            if self._committed_bytes > self._read_cache_bytes:
+                committed.clear()  # cheaper than LRU bookkeeping on every read
+                self._committed_bytes = 0
+            self._committed_bytes += len(key) + (len(value) if value else 0) + _ENTRY_OVERHEAD
+        committed[key] = value
 
     def put(self, key: bytes, value: Optional[bytes]) -> None:
         pending = self.pending
@@ -67,13 +88,19 @@ class WriteBuffer:
     def approximate_len(self) -> int:
         return self.persistent.approximate_len() + sum(1 for v in self.pending.values() if v is not None)
 
+    def _get_committed(self, key: bytes) -> Optional[bytes]:
+        value = self._committed.get(key, _MISSING)
+        if value is _MISSING:
+            return self.persistent.get(key)
+        return value  # type: ignore[return-value]
+
     def flush(self) -> None:
         """Forward each buffered key to the flush listeners (latest value, value at last commit)."""
         if not self.flush_listeners:
             return
-        get_persistent = self.persistent.get
+        get_committed = self._get_committed
         for key, value in list(self.pending.items()):
-            old = get_persistent(key)
+            old = get_committed(key)
             if old is None and value is None:
                 continue
             for listener in self.flush_listeners:
@@ -83,6 +110,8 @@ class WriteBuffer:
         """Apply the buffered writes (and the changelog offset they reach) in one batch."""
         if self.pending or changelog_offset is not None:
             self.persistent.apply(self.pending, changelog_offset)
+        for key, value in self.pending.items():
+            self._remember(key, value)
         self.pending = {}
         self.size_bytes = 0
 
@@ -90,3 +119,8 @@ class WriteBuffer:
         """Forget uncommitted writes (the interval is being abandoned)."""
         self.pending = {}
         self.size_bytes = 0
+
+    def forget_cached(self) -> None:
+        """Drop the read cache (the persistent store changed underneath, e.g. a reset)."""
+        self._committed = {}
+        self._committed_bytes = 0
