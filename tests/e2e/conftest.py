@@ -1,6 +1,7 @@
 """Fixtures for end-to-end tests: the real ``streamkit`` CLI in subprocesses."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,3 +47,13 @@ def spawn(broker_dir: Path) -> Callable[..., subprocess.Popen]:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=10)
+
+
+def final_table(cli, topic: str) -> dict:
+    """The last value per key in ``topic`` (read from the beginning with the CLI)."""
+    out = cli("consume", topic, "--from-beginning", "--timeout", "0.5")
+    table = {}
+    for line in out.stdout.splitlines():
+        record = json.loads(line)
+        table[record["key"]] = record["value"]
+    return table

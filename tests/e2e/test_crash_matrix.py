@@ -9,14 +9,12 @@ completion and every output and store is checked against the input.
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from collections import defaultdict
 from pathlib import Path
 

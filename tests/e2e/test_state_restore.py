@@ -2,7 +2,6 @@
 past the checkpoint), rebuilding corrupt state, and stores without a changelog."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -11,6 +10,8 @@ from pathlib import Path
 
 from streamkit.state.rocksdb import RocksDBBytesStore
 from streamkit.transport.embedded import EmbeddedBroker
+
+from .conftest import final_table
 
 COUNT_APP = textwrap.dedent("""
     from datetime import timedelta
@@ -44,15 +45,6 @@ def _produce_words(cli, words) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def _final(cli, topic: str) -> dict:
-    out = cli("consume", topic, "--from-beginning", "--timeout", "0.5")
-    table = {}
-    for line in out.stdout.splitlines():
-        record = json.loads(line)
-        table[record["key"]] = record["value"]
-    return table
-
-
 def _restored(stderr: str) -> int:
     return sum(int(n) for n in re.findall(r"restored (\d+) changelog record", stderr))
 
@@ -75,7 +67,7 @@ def test_restore_from_the_changelog_alone(cli, tmp_path, broker_dir):
     second = _run(cli, workdir)
     assert second.returncode == 0, second.stderr
     assert _restored(second.stderr) >= 40  # at least one changelog record per word
-    counts = _final(cli, "counts-out")
+    counts = final_table(cli, "counts-out")
     assert counts["w0"] == 51 and counts["w1"] == 51 and counts["w2"] == 50
     described = cli("topics", "describe", "counter-counts-changelog")
     assert "cleanup.policy=compact" in described.stdout and "Partitions: 2" in described.stdout
@@ -110,7 +102,7 @@ def test_restore_from_the_checkpoint_replays_only_the_tail(cli, tmp_path, broker
     resumed = _run(cli, workdir, "--guarantee", "exactly_once")
     assert resumed.returncode == 0, resumed.stderr
     assert _restored(resumed.stderr) == tail
-    assert _final(cli, "counts-out") == {f"w{i}": 51 for i in range(40)}
+    assert final_table(cli, "counts-out") == {f"w{i}": 51 for i in range(40)}
 
 
 def test_corrupt_state_is_rebuilt_from_the_changelog(cli, tmp_path, broker_dir):
@@ -126,7 +118,7 @@ def test_corrupt_state_is_rebuilt_from_the_changelog(cli, tmp_path, broker_dir):
     again = _run(cli, workdir)
     assert again.returncode == 0, again.stderr
     assert "could not be opened" in again.stderr and "rebuilding it from its changelog" in again.stderr
-    assert _final(cli, "counts-out") == {f"w{i}": 51 for i in range(40)}
+    assert final_table(cli, "counts-out") == {f"w{i}": 51 for i in range(40)}
 
 
 def test_store_without_changelog_is_rebuilt_from_the_input(cli, tmp_path, broker_dir):
@@ -141,5 +133,5 @@ def test_store_without_changelog_is_rebuilt_from_the_input(cli, tmp_path, broker
     assert again.returncode == 0, again.stderr
     assert "no changelog and no local state: rebuilding the task's state from the start" in again.stderr
     # The whole task was rebuilt from the input: nothing counted twice.
-    assert _final(cli, "seen-out")["w0"] == 51
-    assert _final(cli, "counts-out") == {**{f"w{i}": 50 for i in range(40)}, "w0": 51}
+    assert final_table(cli, "seen-out")["w0"] == 51
+    assert final_table(cli, "counts-out") == {**{f"w{i}": 50 for i in range(40)}, "w0": 51}

@@ -8,6 +8,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from .conftest import final_table
+
 PAGES = ["Home", "home", "DOCS", "pricing", "Blog"]
 
 
@@ -18,15 +20,6 @@ def views(n: int, start: int = 0) -> list:
 
 def as_lines(records: list) -> str:
     return "".join(json.dumps(r) + "\n" for r in records)
-
-
-def final_table(cli, topic: str) -> dict:
-    out = cli("consume", topic, "--from-beginning", "--timeout", "0.5")
-    table = {}
-    for line in out.stdout.splitlines():
-        record = json.loads(line)
-        table[record["key"]] = record["value"]
-    return table
 
 
 def expected_counts(records: list) -> dict:

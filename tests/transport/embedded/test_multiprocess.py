@@ -3,31 +3,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded import EmbeddedBroker, TopicExistsError
+from tests.transport.embedded.subprocesses import TIMEOUT, finish, spawn
 
-ROOT = Path(__file__).resolve().parents[3]
-TIMEOUT = 30
-
-
-def spawn(code: str, *args: object) -> subprocess.Popen:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc: subprocess.Popen) -> str:
-    out, err = proc.communicate(timeout=TIMEOUT)
-    assert proc.returncode == 0, err
-    return out
 
 
 def wait_for_line(proc: subprocess.Popen, expected: str) -> None:
