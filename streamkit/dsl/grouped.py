@@ -11,9 +11,9 @@ from .table import Table
 
 
 def _store(draft: TopologyDraft, name: str, key_serde: Optional[Serde], value_serde: Optional[Serde],
-           owner: str) -> None:
-    draft.add_store(StoreSpec(name, "key_value", key_serde or Json(), value_serde or Json(), timestamped=True),
-                    owner)
+           owner: str, changelog: bool) -> None:
+    draft.add_store(StoreSpec(name, "key_value", key_serde or Json(), value_serde or Json(), changelog=changelog,
+                              timestamped=True), owner)
 
 
 class _Grouped:
@@ -34,32 +34,34 @@ class GroupedStream(_Grouped):
     table's new value for the key. Records with a ``None`` key are dropped (counted)."""
 
     def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
-                   aggregator: Optional[Callable], value_serde: Optional[Serde]) -> Table:
+                   aggregator: Optional[Callable], value_serde: Optional[Serde], changelog: bool) -> Table:
         check_serde(value_serde, "value_serde")
         node = self._draft.name_for(name, self._parent, operation)
-        _store(self._draft, node, self._key_serde, value_serde, node)
+        _store(self._draft, node, self._key_serde, value_serde, node, changelog)
         self._draft.append(ir.AggregateNode(
             node, (self._parent,), store=node, operation=operation, key_serde=self._key_serde,
             value_serde=self._value_serde, initializer=initializer, aggregator=aggregator))
         return Table(self._draft, node)
 
-    def count(self, *, name: Optional[str] = None) -> Table:
-        """Count records per key. ``name`` names the node and its store."""
-        return self._aggregate(name, "count", None, None, None)
+    def count(self, *, name: Optional[str] = None, changelog: bool = True) -> Table:
+        """Count records per key. ``name`` names the node and its store; ``changelog=False``
+        keeps the store local (rebuilt from the input when lost)."""
+        return self._aggregate(name, "count", None, None, None, changelog)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], *, name: Optional[str] = None,
-               value_serde: Optional[Serde] = None) -> Table:
+               value_serde: Optional[Serde] = None, changelog: bool = True) -> Table:
         """Combine values per key: the first value as is, then ``reducer(aggregate, value)``."""
         check_callable(reducer, "reducer", ("aggregate", "value"), name or f"{self._parent}.reduce")
-        return self._aggregate(name, "reduce", None, reducer, value_serde)
+        return self._aggregate(name, "reduce", None, reducer, value_serde, changelog)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any], *,
-                  name: Optional[str] = None, value_serde: Optional[Serde] = None) -> Table:
+                  name: Optional[str] = None, value_serde: Optional[Serde] = None,
+                  changelog: bool = True) -> Table:
         """Fold values per key: start from ``initializer()``, then ``aggregator(key, value, aggregate)``."""
         where = name or f"{self._parent}.aggregate"
         check_callable(initializer, "initializer", (), where)
         check_callable(aggregator, "aggregator", ("key", "value", "aggregate"), where)
-        return self._aggregate(name, "aggregate", initializer, aggregator, value_serde)
+        return self._aggregate(name, "aggregate", initializer, aggregator, value_serde, changelog)
 
 
 class GroupedTable(_Grouped):
@@ -68,33 +70,33 @@ class GroupedTable(_Grouped):
 
     def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
                    adder: Optional[Callable], subtractor: Optional[Callable],
-                   value_serde: Optional[Serde]) -> Table:
+                   value_serde: Optional[Serde], changelog: bool) -> Table:
         check_serde(value_serde, "value_serde")
         node = self._draft.name_for(name, self._parent, operation)
-        _store(self._draft, node, self._key_serde, value_serde, node)
+        _store(self._draft, node, self._key_serde, value_serde, node, changelog)
         self._draft.append(ir.TableAggregateNode(
             node, (self._parent,), store=node, operation=operation, key_serde=self._key_serde,
             value_serde=self._value_serde, initializer=initializer, adder=adder, subtractor=subtractor))
         return Table(self._draft, node)
 
-    def count(self, *, name: Optional[str] = None) -> Table:
+    def count(self, *, name: Optional[str] = None, changelog: bool = True) -> Table:
         """Count rows per group; a row moving to another group moves its count."""
-        return self._aggregate(name, "count", None, None, None, None)
+        return self._aggregate(name, "count", None, None, None, None, changelog)
 
     def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any], *,
-               name: Optional[str] = None, value_serde: Optional[Serde] = None) -> Table:
+               name: Optional[str] = None, value_serde: Optional[Serde] = None, changelog: bool = True) -> Table:
         """``adder(aggregate, value)`` for new rows, ``subtractor(aggregate, old_value)`` for retractions."""
         where = name or f"{self._parent}.reduce"
         check_callable(adder, "adder", ("aggregate", "value"), where)
         check_callable(subtractor, "subtractor", ("aggregate", "value"), where)
-        return self._aggregate(name, "reduce", None, adder, subtractor, value_serde)
+        return self._aggregate(name, "reduce", None, adder, subtractor, value_serde, changelog)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
                   subtractor: Callable[[Any, Any, Any], Any], *, name: Optional[str] = None,
-                  value_serde: Optional[Serde] = None) -> Table:
+                  value_serde: Optional[Serde] = None, changelog: bool = True) -> Table:
         """Start from ``initializer()``; ``adder(key, value, agg)`` / ``subtractor(key, old_value, agg)``."""
         where = name or f"{self._parent}.aggregate"
         check_callable(initializer, "initializer", (), where)
         check_callable(adder, "adder", ("key", "value", "aggregate"), where)
         check_callable(subtractor, "subtractor", ("key", "value", "aggregate"), where)
-        return self._aggregate(name, "aggregate", initializer, adder, subtractor, value_serde)
+        return self._aggregate(name, "aggregate", initializer, adder, subtractor, value_serde, changelog)

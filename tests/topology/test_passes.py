@@ -314,3 +314,14 @@ def test_default_names_come_from_the_definition() -> None:
 def test_explicit_repartition_topic_follows_the_internal_naming_convention() -> None:
     topology = build(lambda b: b.stream("in").repartition(name="dlq").to("out"), app_id="orders")
     assert topology.repartition_topics == ("orders-dlq-repartition",)
+
+
+def test_aggregation_changelog_can_be_turned_off() -> None:
+    topology = build(lambda b: b.stream("in").group_by_key().count(name="local", changelog=False)
+                     .to_stream().to("out"), topics={"in": 2})
+    assert topology.stores["local"].changelog is False
+    assert topology.changelog_topics == ()
+    assert "no changelog: rebuilt from the input topics" in topology.describe()
+    logged = build(lambda b: b.stream("in").group_by_key().reduce(lambda a, v: a + v, name="sum")
+                   .to_stream().to("out"), topics={"in": 2})
+    assert logged.changelog_topics == ("app-sum-changelog",)
