@@ -26,6 +26,9 @@ class RecordCollector:
              timestamp: int, headers: Headers) -> None:
         self.buffers_for(topic, partition + 1)[partition].append((key, value, timestamp, headers))
 
+    def send_batch(self, topic: str, partition: int, records: List[OutgoingRecord]) -> None:
+        self.buffers_for(topic, partition + 1)[partition].extend(records)
+
     def drain(self) -> List[Tuple[str, int, List[OutgoingRecord]]]:
         """Take every buffered record, grouped by (topic, partition), leaving the buffers empty."""
         out = []
@@ -39,7 +42,3 @@ class RecordCollector:
     def discard(self) -> int:
         """Drop everything buffered (a failed task's uncommitted output); return how many."""
         return sum(len(records) for _, _, records in self.drain())
-
-    @property
-    def pending(self) -> int:
-        return sum(len(r) for bufs in self._buffers.values() for r in bufs)

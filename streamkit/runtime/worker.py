@@ -174,8 +174,8 @@ class Worker:
                 positions = {}
             else:
                 assert self._restore_consumer is not None
-                self.restored[tid] = dict(await restore_task_stores(
-                    tid, task.store_set, self._restore_consumer, self.transport.admin))
+                self.restored[tid] = await restore_task_stores(
+                    tid, task.store_set, self._restore_consumer, self.transport.admin)
             self._consumer.assign(inputs, positions)
             for tp in inputs:
                 self._task_of_partition[tp] = task
@@ -217,7 +217,7 @@ class Worker:
         # Step 2.
         for task in tasks:
             for topic, partition, records in task.store_set.changelog_batches(max(task.stream_time, 0)):
-                self.collector.buffers_for(topic, partition + 1)[partition].extend(records)
+                self.collector.send_batch(topic, partition, records)
         # Step 3.
         crash_point("commit.before_send")
         await self._send_outputs()

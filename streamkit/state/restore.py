@@ -23,14 +23,11 @@ LOG_EVERY = 5.0  # seconds between progress lines
 EMPTY_FETCHES_AT_END = 3
 
 
-class RestoreReport(Dict[str, int]):
-    """Records replayed per store."""
-
-
 async def restore_task_stores(task_id: str, stores: TaskStores, consumer: Consumer, admin: Admin,
-                              *, show_progress: Optional[bool] = None) -> RestoreReport:
-    """Bring every changelogged store of a task up to the end of its changelog."""
-    report = RestoreReport()
+                              *, show_progress: Optional[bool] = None) -> Dict[str, int]:
+    """Bring every changelogged store of a task up to the end of its changelog; return the
+    records replayed per store."""
+    report: Dict[str, int] = {}
     todo: List[tuple] = []
     for store in stores.open_stores:
         if store.changelog is None:
