@@ -2,10 +2,12 @@
 crash happened; at_least_once loses nothing.
 
 A worker subprocess counts by key and keeps a Processor-API running total over
-120,000 pre-produced records. It is killed with SIGKILL again and again: at
-random moments, and at named crash points inside the commit and the restore
-(STREAMKIT_CRASH_AT), once with its state directory deleted. Then it runs to
-completion and every output and store is checked against the input.
+pre-produced records. It is killed with SIGKILL again and again: at random
+moments, and at named crash points inside the commit and the restore
+(STREAMKIT_CRASH_AT), once with its state directory deleted. Whenever a worker
+finishes its input before the next kill (a fast machine), another chunk of input
+is appended, so the number of kills never depends on the machine's speed. Then it
+runs to completion and every output and store is checked against the input.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from streamkit.transport.partitioner import partition_for_key
 
 from .conftest import REPO
 
-RECORDS = 300_000
+CHUNK = 100_000     # records appended per chunk
+MAX_CHUNKS = 12
 KEYS = 300
 PARTITIONS = 3
 MIN_KILLS = 20
@@ -57,18 +60,20 @@ CRASH_POINTS = ["commit.after_send:2", None, "commit.after_transaction:1", "rest
                 "commit.before_send:1", None, "commit.after_persist:1", None, "commit.after_transaction:2"]
 
 
-def _inputs():
-    rng = random.Random(11)
-    return [(f"k{rng.randrange(KEYS)}", {"n": i, "amount": rng.randrange(1, 10)}) for i in range(RECORDS)]
+def _inputs(chunk: int):
+    rng = random.Random(11 + chunk)
+    first = chunk * CHUNK
+    return [(f"k{rng.randrange(KEYS)}", {"n": first + i, "amount": rng.randrange(1, 10)}) for i in range(CHUNK)]
 
 
-def _produce(directory: Path, inputs) -> None:
+def _produce(directory: Path, inputs, first_timestamp: int) -> None:
     broker = EmbeddedBroker(directory)
-    broker.create_topic("events", PARTITIONS)
+    if broker.topic("events") is None:
+        broker.create_topic("events", PARTITIONS)
     per_partition = defaultdict(list)
     for i, (key, value) in enumerate(inputs):
         per_partition[partition_for_key(key.encode(), PARTITIONS)].append(
-            (key.encode(), orjson.dumps(value), 1_000 + i, None))
+            (key.encode(), orjson.dumps(value), first_timestamp + i, None))
     for partition, records in per_partition.items():
         for start in range(0, len(records), 2000):
             broker.append("events", partition, records[start:start + 2000])
@@ -134,17 +139,12 @@ def test_kill_minus_9_anywhere(tmp_path: Path, guarantee: str) -> None:
     workdir = tmp_path
     (workdir / "crashy_app.py").write_text(APP)
     broker_dir = workdir / "broker"
-    inputs = _inputs()
-    _produce(broker_dir, inputs)
-    expected_counts, expected_totals = defaultdict(list), defaultdict(list)
-    for key, value in inputs:
-        expected_counts[key].append(len(expected_counts[key]) + 1)
-        previous = expected_totals[key][-1] if expected_totals[key] else 0
-        expected_totals[key].append(previous + value["amount"])
+    inputs = _inputs(0)
+    _produce(broker_dir, inputs, 1_000)
 
     rng = random.Random(5)
     kills, rounds, deleted_state = 0, 0, False
-    while kills < MIN_KILLS and rounds < 60:
+    while kills < MIN_KILLS and rounds < 80:
         crash_at = CRASH_POINTS[rounds % len(CRASH_POINTS)]
         if rounds == 7 and not deleted_state:
             shutil.rmtree(broker_dir / "state", ignore_errors=True)  # restore from the changelog alone
@@ -154,12 +154,22 @@ def test_kill_minus_9_anywhere(tmp_path: Path, guarantee: str) -> None:
         rounds += 1
         if code == -9:
             kills += 1
-        else:
-            assert code == 0, err
-            break  # everything was processed before the next kill
+            continue
+        assert code == 0, err
+        if len(inputs) // CHUNK == MAX_CHUNKS:
+            break
+        chunk = _inputs(len(inputs) // CHUNK)  # all processed before the kill: give it more work
+        _produce(broker_dir, chunk, 1_000 + len(inputs))
+        inputs += chunk
     assert kills >= MIN_KILLS, f"only {kills} kills happened before the input ran out ({rounds} rounds)"
     code, err = _run_worker(workdir, broker_dir, guarantee, None, None)
     assert code == 0, err
+
+    expected_counts, expected_totals = defaultdict(list), defaultdict(list)
+    for key, value in inputs:
+        expected_counts[key].append(len(expected_counts[key]) + 1)
+        previous = expected_totals[key][-1] if expected_totals[key] else 0
+        expected_totals[key].append(previous + value["amount"])
 
     counts = _outputs(broker_dir, "counts-out")
     totals = _outputs(broker_dir, "totals-out")
@@ -169,12 +179,12 @@ def test_kill_minus_9_anywhere(tmp_path: Path, guarantee: str) -> None:
         assert dict(counts) == dict(expected_counts), "count results duplicated or missing"
         assert dict(totals) == dict(expected_totals), "running totals duplicated or missing"
         assert store_totals == {k: v[-1] for k, v in expected_totals.items()}
-        print(f"\n{guarantee}: {kills} kills in {rounds} rounds, every result exactly once")
+        print(f"\n{guarantee}: {kills} kills in {rounds} rounds over {len(inputs)} records, every result exactly once")
     else:
         missing = {k: set(v) - set(counts.get(k, [])) for k, v in expected_counts.items()}
         assert not any(missing.values()), f"count results missing: {missing}"
         # A crash after a changelog was written but before the input offsets were
         # committed replays that input on top of restored state: counts can only grow.
         assert all(store_counts[k] >= v[-1] for k, v in expected_counts.items())
-        duplicates = sum(len(v) for v in counts.values()) - RECORDS
-        print(f"\n{guarantee}: {kills} kills in {rounds} rounds, nothing missing, {duplicates} duplicate results")
+        duplicates = sum(len(v) for v in counts.values()) - len(inputs)
+        print(f"\n{guarantee}: {kills} kills in {rounds} rounds over {len(inputs)} records, nothing missing, {duplicates} duplicate results")
