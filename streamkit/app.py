@@ -55,6 +55,13 @@ class App:
     or ``"memory"``. Writes are buffered per commit (at most ``cache_max_bytes``
     before an early commit); with ``caching`` on, aggregations forward the latest
     value per key per commit instead of every update.
+
+    Kafka: ``kafka_config`` holds client settings (TLS, SASL, compression, timeouts,
+    ``group_instance_id`` for static membership; see
+    :class:`streamkit.transport.kafka.config.KafkaClientConfig`), overridden by a
+    ``--config`` TOML file and ``STREAMKIT_KAFKA_*`` variables. With
+    ``num_standby_replicas=N``, N other workers keep warm copies of each task's
+    stores, so a failover restores only the changelog's tail.
     """
 
     def __init__(self, app_id: str, *, broker: Optional[str] = None,
@@ -63,7 +70,8 @@ class App:
                  default_key_serde: Serde = String(), default_value_serde: Serde = Json(),
                  deserialization_error_handler: str = "fail", processing_error_handler: str = "fail",
                  state_dir: Optional[str] = None, store_backend: str = "rocksdb", caching: bool = True,
-                 cache_max_bytes: int = 10 * 1024 * 1024) -> None:
+                 cache_max_bytes: int = 10 * 1024 * 1024, num_standby_replicas: int = 0,
+                 kafka_config: Optional[Mapping[str, Any]] = None) -> None:
         if not isinstance(app_id, str) or not _APP_ID.match(app_id):
             raise ConfigError(f"app id {app_id!r} is invalid: use 1-200 of the characters [A-Za-z0-9._-]")
         if processing_guarantee not in GUARANTEES:
@@ -75,8 +83,13 @@ class App:
             raise ConfigError(f"store_backend={store_backend!r}: use one of {', '.join(BACKENDS)}")
         if not isinstance(cache_max_bytes, int) or cache_max_bytes < 0:
             raise ConfigError(f"cache_max_bytes must be a non-negative int, got {cache_max_bytes!r}")
+        if not isinstance(num_standby_replicas, int) or num_standby_replicas < 0:
+            raise ConfigError(f"num_standby_replicas must be a non-negative int, got {num_standby_replicas!r}")
         self.id = app_id
         self.broker = broker
+        self.num_standby_replicas = num_standby_replicas
+        self.kafka_config: Mapping[str, Any] = dict(kafka_config or {})
+        """Kafka client settings (see streamkit.transport.kafka.config); secrets are masked in logs."""
         self.processing_guarantee = processing_guarantee
         self.commit_interval = commit_interval
         self.default_key_serde = default_key_serde
@@ -157,8 +170,11 @@ class App:
         return timedelta(milliseconds=100) if exactly_once else timedelta(seconds=1)
 
     def resolve_broker(self, override: Optional[str] = None) -> str:
-        """``override`` (``--broker``), else ``$STREAMKIT_BROKER``, else the app's, else embedded."""
-        return override or os.environ.get("STREAMKIT_BROKER") or self.broker or "embedded://.streamkit"
+        """``override`` (``--broker``), else ``$STREAMKIT_BROKER``, else ``broker`` in the config
+        file (``$STREAMKIT_CONFIG``), else the app's, else embedded."""
+        from .transport.factory import configured_broker
+
+        return override or configured_broker() or self.broker or "embedded://.streamkit"
 
     def run(self, *, broker: Optional[str] = None, until_idle: Optional[float] = None) -> None:
         """Run a worker in this process until stopped (or idle for ``until_idle`` seconds)."""

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import Any
+from typing import Any, Optional
 
 import click
 
@@ -35,9 +36,14 @@ class _Cli(click.Group):
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              metavar="FILE", help="TOML file with `broker = \"kafka://...\"` and a [kafka] table of client "
+                                   "settings (TLS, SASL, ...); default $STREAMKIT_CONFIG.")
 @click.version_option(package_name="streamkit")
-def cli(log_level: str) -> None:
+def cli(log_level: str, config_file: Optional[str]) -> None:
     """streamkit: Kafka Streams-style stream processing for Python."""
+    if config_file:
+        os.environ["STREAMKIT_CONFIG"] = os.path.abspath(config_file)  # read by every broker connection
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

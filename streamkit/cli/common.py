@@ -8,16 +8,16 @@ from typing import Iterator, Optional
 import click
 
 from ..transport.base import Transport
-from ..transport.factory import open_transport
+from ..transport.factory import configured_broker, open_transport
 
 broker_option = click.option(
     "--broker", metavar="URL", default=None,
-    help="embedded:///path or kafka://host:port (default: $STREAMKIT_BROKER, else the app's, "
-         "else embedded://.streamkit).")
+    help="embedded:///path or kafka://host:port[,host:port] (default: $STREAMKIT_BROKER, else the "
+         "config file's broker, else the app's, else embedded://.streamkit).")
 
 
 def broker_url(option: Optional[str]) -> str:
-    return option or os.environ.get("STREAMKIT_BROKER") or "embedded://.streamkit"
+    return option or configured_broker() or "embedded://.streamkit"
 
 
 @contextmanager

@@ -58,7 +58,7 @@ async def _consume(transport, topic: str, partitions: int, group: Optional[str],
                    max_records: Optional[int], timeout: Optional[float], read_committed: bool) -> int:
     consumer = transport.consumer(group or "streamkit-console", read_committed=read_committed)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    positions = consumer.committed(tps) if group else {}
+    positions = await consumer.committed(tps) if group else {}
     for tp in tps:
         if tp not in positions:
             offsets = transport.admin.partition_offsets(topic, tp.partition)
@@ -93,5 +93,5 @@ async def _consume(transport, topic: str, partitions: int, group: Optional[str],
             if group:
                 await consumer.commit(done)
     finally:
-        consumer.close()
+        await consumer.aclose()
     return count

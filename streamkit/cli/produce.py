@@ -126,7 +126,7 @@ async def _produce(transport, topic: str, partitions: int, key_field: Optional[s
     finally:
         await flush()  # lines before a bad one are kept, as kafka-console-producer does
         await producer.flush()
-        producer.close()
+        await producer.aclose()
     return produced
 
 

@@ -24,14 +24,18 @@ log = logging.getLogger("streamkit.cli")
               help="Processing guarantee (default: the app's processing_guarantee).")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Where the tasks' RocksDB stores live (default: the app's state_dir, else "
-                   "<embedded dir>/state/<app-id>).")
+                   "<embedded dir>/state/<app-id>; on Kafka, a free worker-N slot under .streamkit/state/<app-id>).")
+@click.option("--standby-replicas", type=click.IntRange(min=0), default=None,
+              help="Kafka: warm standby copies of each task's stores on other workers "
+                   "(default: the app's num_standby_replicas).")
 def worker(app_spec: str, broker: Optional[str], until_idle: Optional[float], guarantee: Optional[str],
-           state_dir: Optional[str]) -> None:
+           state_dir: Optional[str], standby_replicas: Optional[int]) -> None:
     """Run APP (module or module:attribute) until stopped (Ctrl-C / SIGTERM commit first)."""
     app = load_app(app_spec)
     url = app.resolve_broker(broker)
     try:
-        totals = run_worker(app, broker=url, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir)
+        totals = run_worker(app, broker=url, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir,
+                            standby_replicas=standby_replicas)
     except RecordError as exc:
         log.error("worker stopped: %s", exc)
         raise click.ClickException(f"{exc} (offsets are committed only up to before this record)") from None

@@ -46,6 +46,7 @@ class Task:
         self.partition = partition
         self.metrics = TaskMetrics()
         self.store_set = stores
+        self.collector = collector
         self.stores: Dict[str, KeyValueStore] = stores.by_name
         self.context = TaskContext(app_id=topology.app_id, task_id=self.id, partition=partition,
                                    stores=self.stores, collector=collector, partitions=partitions,

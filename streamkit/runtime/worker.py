@@ -1,7 +1,10 @@
 """The worker: owns tasks, feeds them batches from the transport, commits.
 
 One asyncio loop; per-record work happens in each task's synchronous loop over
-a fetched batch, so the event loop is paid per batch, not per record.
+a fetched batch, so the event loop is paid per batch, not per record. Which
+tasks the worker runs is decided by the transport's :class:`Membership`: on the
+embedded log it takes tasks nobody holds; on Kafka the consumer group assigns
+them and may move them in a rebalance (committed first, see :meth:`Worker._rebalance`).
 """
 from __future__ import annotations
 
@@ -12,33 +15,37 @@ import os
 import signal
 import time
 import uuid
-from typing import Dict, Optional
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 from ..app import GUARANTEES, App
-from ..errors import ConfigError
+from ..errors import ConfigError, TaskMigratedError
+from ..faults import crash_point
+from ..state.directory import StateDirectory, claim_state_directory
 from ..state.restore import restore_task_stores
 from ..topology.passes import tasks_of
-from ..transport.base import Consumer, Membership, Producer, TopicPartition, Transport
+from ..transport.base import (Consumer, GroupPlan, Membership, Producer, TaskAssignment, TopicPartition,
+                              Transport)
 from ..transport.factory import open_transport
 from .assembly import TaskSettings, create_task
 from .collector import RecordCollector
-from ..faults import crash_point
 from .metrics import TaskMetrics
+from .standby import StandbyTasks
 from .task import Task, task_id
 from .topics_setup import prepare_topics
 
 log = logging.getLogger(__name__)
 
 FETCH_WAIT = 0.1  # s: longest a fetch waits for records
-REBALANCE_INTERVAL = 1.0  # s between attempts to take over unowned tasks
 PROGRESS_INTERVAL = 30.0  # s between progress log lines
+SHARED = ""  # producer key of the worker-wide producer
 
 
 class Worker:
     """Runs an app's tasks on a transport until stopped, idle, or failed."""
 
     def __init__(self, app: App, transport: Transport, *, until_idle: Optional[float] = None,
-                 guarantee: Optional[str] = None, state_dir: Optional[str] = None) -> None:
+                 guarantee: Optional[str] = None, state_dir: Optional[str] = None,
+                 standby_replicas: Optional[int] = None) -> None:
         self.app = app
         self.transport = transport
         self.until_idle = until_idle
@@ -47,67 +54,86 @@ class Worker:
             raise ConfigError(f"processing guarantee {self.guarantee!r}: use one of {', '.join(GUARANTEES)}")
         self.exactly_once = self.guarantee == "exactly_once"
         self.commit_interval = app.effective_commit_interval(self.guarantee).total_seconds()
-        self.settings = TaskSettings(
-            deserialization_error_handler=app.deserialization_error_handler,
-            processing_error_handler=app.processing_error_handler,
-            store_backend=app.store_backend,
-            state_dir=state_dir or app.state_dir or default_state_dir(transport, app.id),
-            caching=app.caching)
+        self.standby_replicas = app.num_standby_replicas if standby_replicas is None else standby_replicas
+        self._explicit_state_dir = state_dir or app.state_dir
+        self._state: Optional[StateDirectory] = None
         self.topology = app.build()
-        self.collector = RecordCollector()
         self.tasks: Dict[str, Task] = {}
         self._task_of_partition: Dict[TopicPartition, Task] = {}
         self._stopping = False
         self._waiting_logged = False
+        self._suspended = False
+        self._assigned_once = False
         self.totals = TaskMetrics()
         self.restored: Dict[str, Dict[str, int]] = {}
         """Records replayed per task and store at start (or takeover)."""
         self._consumer: Optional[Consumer] = None
         self._restore_consumer: Optional[Consumer] = None
-        self._producer: Optional[Producer] = None
+        self._producers: Dict[str, Producer] = {}
+        self._per_task_producers = self.exactly_once and transport.transactional_id_per_task()
         self._membership: Optional[Membership] = None
+        self._standbys: Optional[StandbyTasks] = None
         self._changelog_ends: Dict[TopicPartition, int] = {}
+        self._retired_producers: List[Producer] = []
+        """Producers of closed tasks, shut down at the next opportunity (closing is async)."""
 
     def stop(self) -> None:
         """Ask the loop to commit and exit (safe to call from a signal handler)."""
         self._stopping = True
 
+    # -- life cycle -----------------------------------------------------------------
     async def run(self) -> None:
-        app, topology = self.app, self.topology
+        app, topology, transport = self.app, self.topology, self.transport
         with_dlq = "dead_letter" in (app.deserialization_error_handler, app.processing_error_handler)
-        self.partitions = prepare_topics(topology, self.transport.admin, with_dlq=with_dlq)
-        self._all_tasks = [task_id(s, p) for s, p in tasks_of(topology, self.partitions)]
-        self._consumer = self.transport.consumer(app.id, read_committed=True)
-        self._restore_consumer = self.transport.consumer(f"{app.id}-restore", read_committed=True)
-        transactional_id = f"{app.id}-{uuid.uuid4().hex[:12]}" if self.exactly_once else None
-        self._producer = self.transport.producer(transactional_id=transactional_id)
-        self._membership = self.transport.membership(app.id)
-        self.transport.start_housekeeping()
+        self.partitions = prepare_topics(topology, transport.admin, with_dlq=with_dlq)
+        self._plan_tasks = {}
+        for sub_id, partition in tasks_of(topology, self.partitions):
+            sub = topology.sub_topologies[sub_id]
+            self._plan_tasks[task_id(sub_id, partition)] = tuple(
+                TopicPartition(topic, partition) for topic in sorted(topology.source_nodes(sub))
+                if partition < self.partitions[topic])
+        self._membership = transport.membership(app.id, GroupPlan(
+            tasks=self._plan_tasks, standby_replicas=self.standby_replicas,
+            running=lambda: frozenset(self.tasks), local_state=self._local_state))
+        self._state = claim_state_directory(
+            self._explicit_state_dir or default_state_dir(transport, app.id),
+            exclusive=self._membership.group_managed, explicit=self._explicit_state_dir is not None)
+        self.settings = TaskSettings(
+            deserialization_error_handler=app.deserialization_error_handler,
+            processing_error_handler=app.processing_error_handler,
+            store_backend=app.store_backend, state_dir=self._state.path, caching=app.caching)
+        self._consumer = self._membership.consumer() or transport.consumer(app.id, read_committed=True)
+        self._restore_consumer = _reader(transport, app.id)
+        self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app.id))
+        if self.exactly_once and not self._per_task_producers:
+            self._producers[SHARED] = transport.producer(transactional_id=f"{app.id}-{uuid.uuid4().hex[:12]}")
+        elif not self.exactly_once:
+            self._producers[SHARED] = transport.producer()
+        transport.start_housekeeping()
         log.info("worker for app %s on %s: %d task(s) in the group, %s, state in %s", app.id,
-                 self.transport.url, len(self._all_tasks), self.guarantee, self.settings.state_dir)
+                 transport.url, len(self._plan_tasks), self.guarantee, self._state.path)
         try:
-            if self.exactly_once:
-                await self._producer.begin_transaction()
+            if SHARED in self._producers and self.exactly_once:
+                await self._producers[SHARED].begin_transaction()
             await self._loop()
             await self._commit()
         except BaseException:
             await self._abandon()
             raise
-        self._close_tasks()
+        await self._shutdown()
 
     async def _loop(self) -> None:
-        """Until stopped: take free tasks, fetch, process, send outputs, commit on time."""
+        """Until stopped: follow the membership, fetch, process, send outputs, commit on time."""
         now = time.monotonic()
         next_commit = now + self.commit_interval
-        next_rebalance = now
         self._progress = _Progress(now)
         idle_since: Optional[float] = now  # start of the current run of empty fetches
         cache_limit = self.app.cache_max_bytes
+        assert self._membership is not None
+        waits_for_group = self._membership.group_managed  # not idle before the group assigned tasks
         while not self._stopping:
-            if time.monotonic() >= next_rebalance:
-                if await self._take_free_tasks():
-                    idle_since = time.monotonic()  # new work restarts the --until-idle clock
-                next_rebalance = time.monotonic() + REBALANCE_INTERVAL
+            if await self._rebalance():
+                idle_since = time.monotonic()  # new work restarts the --until-idle clock
             fetch_started = time.monotonic()
             if await self._process_available():
                 idle_since = None
@@ -116,6 +142,8 @@ class Worker:
             for task in self.tasks.values():
                 task.punctuate_wall_clock()
             await self._send_outputs()
+            assert self._standbys is not None
+            await self._standbys.tail()
             now = time.monotonic()
             buffered = sum(task.store_set.pending_bytes for task in self.tasks.values())
             if now >= next_commit or buffered > cache_limit:
@@ -123,77 +151,167 @@ class Worker:
                 next_commit = time.monotonic() + self.commit_interval
             self._progress.maybe_log(now, self.tasks)
             # Idle means fetches found nothing for that long (slow commits do not count).
-            if self.until_idle is not None and idle_since is not None and now - idle_since >= self.until_idle:
+            if self.until_idle is not None and idle_since is not None and now - idle_since >= self.until_idle \
+                    and not (waits_for_group and not self._assigned_once):
                 log.info("no input for %.1f s: stopping (--until-idle)", self.until_idle)
                 return
 
     async def _process_available(self) -> bool:
         """Fetch one round of batches and run each through its task; False if there was none."""
-        assert self._consumer is not None
-        if not self.tasks:
+        assert self._consumer is not None and self._membership is not None
+        if self._suspended or (not self.tasks and not self._membership.group_managed):
             await asyncio.sleep(FETCH_WAIT)
             return False
+        # A group member keeps fetching even without tasks: that is how it stays in the group.
         batches = await self._consumer.fetch(FETCH_WAIT)
+        if self._suspended:
+            return False  # revoked while fetching: the next owner reads these from the commit
         lookup = self._task_of_partition
+        processed = False
         for batch in batches:
-            lookup[TopicPartition(batch.topic, batch.partition)].process(batch.topic, batch.records)
-        return bool(batches)
+            task = lookup.get(TopicPartition(batch.topic, batch.partition))
+            if task is not None:
+                task.process(batch.topic, batch.records)
+                processed = True
+        return processed
 
-    async def _take_free_tasks(self) -> int:
-        """Take over tasks nobody owns (at start, or after another worker exited), restore
-        their stores, and start reading their inputs; return how many were taken."""
-        assert self._membership is not None and self._consumer is not None
-        taken = self._membership.acquire([t for t in self._all_tasks if t not in self.tasks])
-        if not taken and not self.tasks and not self._waiting_logged:
-            log.warning("all %d task(s) of app %s are owned by other workers (%s); waiting",
-                        len(self._all_tasks), self.app.id, self._owners())
-            self._waiting_logged = True
-        if taken:
+    # -- membership -----------------------------------------------------------------
+    async def _rebalance(self) -> bool:
+        """Follow the group: commit when a rebalance revokes tasks, then apply a new
+        assignment (close, restore, start tasks). True when tasks were started."""
+        membership = self._membership
+        assert membership is not None
+        if membership.revocation_pending():
+            if not self._suspended:
+                await self._commit()
+                self._suspended = True  # process nothing until the new assignment
+                log.info("group rebalancing: committed %d task(s), waiting for the new assignment",
+                         len(self.tasks))
+            membership.revocation_committed()
+        assignment = await membership.poll()
+        if assignment is None:
+            if not self.tasks and not self._waiting_logged and not membership.group_managed:
+                log.warning("all %d task(s) of app %s are owned by other workers (%s); waiting",
+                            len(self._plan_tasks), self.app.id, self._owners())
+                self._waiting_logged = True
+            return False
+        started = await self._apply_assignment(assignment)
+        self._suspended = False
+        self._assigned_once = True
+        return started > 0
+
+    async def _apply_assignment(self, assignment: TaskAssignment) -> int:
+        assert self._consumer is not None and self._standbys is not None
+        for tid in sorted(set(self.tasks) - assignment.active):
+            self._close_task(tid, dirty=False)
+        new = [tid for tid in sorted(assignment.active, key=_task_order) if tid not in self.tasks]
+        # A standby promoted to active, or dropped, closes first: its store files get reopened.
+        self._standbys.keep(assignment.standby - assignment.active)
+        if new:
             # A dead owner's last transaction decides what its tasks' changelogs and
             # offsets hold: settle it before restoring or reading committed offsets.
             resolved = self.transport.resolve_abandoned_transactions()
             if resolved:
                 log.info("settled %d transaction(s) left by a stopped worker", resolved)
-        for tid in taken:
-            sub_id, partition = (int(x) for x in tid.split("_"))
-            sub = self.topology.sub_topologies[sub_id]
-            task = create_task(self.topology, sub, partition, partitions=self.partitions,
-                               collector=self.collector, wall_clock=lambda: int(time.time() * 1000),
-                               settings=self.settings)
-            self.tasks[tid] = task
-            inputs = task.input_partitions
-            positions = self._consumer.committed(inputs)
-            lost = task.store_set.lost_unlogged
-            if lost and positions:
-                # Replaying input for one store would apply it twice to the others: the
-                # whole task's state is rebuilt from the input instead.
-                log.warning("task %s: store(s) %s have no changelog and no local state: rebuilding the "
-                            "task's state from the start of the input (with its outputs muted up to the "
-                            "committed offsets)", tid, ", ".join(lost))
-                task.rebuild_from_input(positions)
-                positions = {}
-            else:
-                assert self._restore_consumer is not None
-                self.restored[tid] = await restore_task_stores(
-                    tid, task.store_set, self._restore_consumer, self.transport.admin)
-            self._consumer.assign(inputs, positions)
-            for tp in inputs:
-                self._task_of_partition[tp] = task
-            log.info("task %s started at %s", tid,
-                     ", ".join(f"{tp.topic}[{tp.partition}]@{positions.get(tp, 'earliest')}" for tp in inputs))
-        return len(taken)
+        for tid, task in self.tasks.items():  # kept across a rebalance: continue where they were
+            self._consumer.assign(task.input_partitions, task.positions)
+        for tid in new:
+            await self._start_task(tid)
+        await self._standbys.open(assignment.standby - assignment.active)
+        return len(new)
+
+    async def _start_task(self, tid: str) -> None:
+        assert self._consumer is not None and self._restore_consumer is not None
+        sub_id, partition = _task_order(tid)
+        sub = self.topology.sub_topologies[sub_id]
+        if self._per_task_producers:
+            # Fences any older producer of this task (a zombie owner) and aborts its open
+            # transaction, before the changelogs are restored and offsets read.
+            producer = self.transport.producer(transactional_id=f"{self.app.id}-{sub_id}-{partition}")
+            await producer.begin_transaction()
+            self._producers[tid] = producer
+        task = create_task(self.topology, sub, partition, partitions=self.partitions,
+                           collector=RecordCollector(), wall_clock=lambda: int(time.time() * 1000),
+                           settings=self.settings)
+        self.tasks[tid] = task
+        inputs = task.input_partitions
+        positions = await self._consumer.committed(inputs)
+        lost = task.store_set.lost_unlogged
+        if lost and positions:
+            # Replaying input for one store would apply it twice to the others: the
+            # whole task's state is rebuilt from the input instead.
+            log.warning("task %s: store(s) %s have no changelog and no local state: rebuilding the "
+                        "task's state from the start of the input (with its outputs muted up to the "
+                        "committed offsets)", tid, ", ".join(lost))
+            task.rebuild_from_input(positions)
+            positions = {}
+        else:
+            self.restored[tid] = await restore_task_stores(
+                tid, task.store_set, self._restore_consumer, self.transport.admin)
+        self._consumer.assign(inputs, positions)
+        for tp in inputs:
+            self._task_of_partition[tp] = task
+        log.info("task %s started at %s", tid,
+                 ", ".join(f"{tp.topic}[{tp.partition}]@{positions.get(tp, 'earliest')}" for tp in inputs))
+
+    def _close_task(self, tid: str, *, dirty: bool) -> None:
+        """Stop running ``tid``. Dirty: its uncommitted output and store writes are dropped
+        (another worker owns it now and redoes that work from the last commit)."""
+        task = self.tasks.pop(tid)
+        self.totals.add(task.metrics)
+        if dirty:
+            dropped = task.collector.discard()
+            task.store_set.discard()
+            log.warning("task %s moved to another worker: dropped its uncommitted work (%d output record(s))",
+                        tid, dropped)
+        if self._consumer is not None:
+            self._consumer.unassign(task.input_partitions)
+        for tp in task.input_partitions:
+            self._task_of_partition.pop(tp, None)
+        task.store_set.close()
+        producer = self._producers.pop(tid, None) if self._per_task_producers else None
+        if producer is not None:
+            self._retired_producers.append(producer)
+        if self._membership is not None:
+            self._membership.release(tid)
+
+    def _local_state(self) -> FrozenSet[str]:
+        tasks = set(self.tasks)
+        if self._standbys is not None:
+            tasks |= self._standbys.task_ids
+        if self._state is not None:
+            tasks |= self._state.task_ids()
+        return frozenset(tasks)
 
     def _owners(self) -> str:
         assert self._membership is not None
-        owners = {self._membership.owner_of(t) for t in self._all_tasks} - {None}
+        owners = {self._membership.owner_of(t) for t in self._plan_tasks} - {None}
         return "; ".join(sorted(owners)) or "owners unknown"  # type: ignore[arg-type]
 
+    # -- output and commits -----------------------------------------------------------
     async def _send_outputs(self) -> None:
-        batches = self.collector.drain()
-        if batches:
-            assert self._producer is not None
-            ends = await self._producer.send(batches)
-            self._changelog_ends.update(ends)
+        """Hand every task's buffered output to its producer. A fenced task producer means
+        the task moved to another worker: the task is closed dirty."""
+        if self._per_task_producers:
+            for tid, task in list(self.tasks.items()):
+                batches = task.collector.drain()
+                if not batches:
+                    continue
+                try:
+                    self._changelog_ends.update(await self._producers[tid].send(batches))
+                except TaskMigratedError as exc:
+                    log.warning("task %s: %s", tid, exc)
+                    self._close_task(tid, dirty=True)
+        else:
+            batches = []
+            for task in self.tasks.values():
+                batches.extend(task.collector.drain())
+            if batches:
+                self._changelog_ends.update(await self._producers[SHARED].send(batches))
+        if self._retired_producers:
+            retired, self._retired_producers = self._retired_producers, []
+            for producer in retired:
+                await producer.aclose()
 
     async def _commit(self) -> None:
         """Commit every task. Under exactly_once, a crash at any point is safe:
@@ -202,73 +320,112 @@ class Worker:
         2. Write one changelog record per key each store changed since the last commit.
         3. Send all buffered output and changelog records (inside the transaction).
         4. exactly_once: commit the transaction with the tasks' input offsets: outputs,
-           changelogs and offsets become visible together. A crash before this point
+           changelogs and offsets become visible together (one transaction per worker
+           on the embedded log, one per task on Kafka). A crash before this point
            aborts it all and the stores were never touched. at_least_once: make the
            outputs durable, then commit the input offsets.
         5. Apply each store's buffered writes to RocksDB in one batch with the changelog
            offset it now reflects. A crash before this leaves RocksDB one commit behind
            its changelog, and restore replays just that tail.
+
+        A task found to belong to another worker now (fenced producer, failed group
+        commit) is closed dirty instead: nothing of it is committed or persisted.
         """
-        assert self._producer is not None and self._consumer is not None
-        tasks = list(self.tasks.values())
+        assert self._consumer is not None
         # Step 1.
-        for task in tasks:
+        for task in self.tasks.values():
             task.store_set.flush()
         # Step 2.
-        for task in tasks:
+        for task in self.tasks.values():
             for topic, partition, records in task.store_set.changelog_batches(max(task.stream_time, 0)):
-                self.collector.send_batch(topic, partition, records)
+                task.collector.send_batch(topic, partition, records)
         # Step 3.
         crash_point("commit.before_send")
         await self._send_outputs()
         crash_point("commit.after_send")
-        offsets = {}
-        for task in tasks:
-            offsets.update(task.positions)
         # Step 4.
-        if self.exactly_once:
-            await self._producer.commit_transaction(self.app.id, offsets)
+        if self._per_task_producers:
+            for tid, task in list(self.tasks.items()):
+                try:
+                    await self._producers[tid].commit_transaction(self.app.id, task.positions)
+                except TaskMigratedError as exc:
+                    log.warning("task %s: %s", tid, exc)
+                    self._close_task(tid, dirty=True)
         else:
-            await self._producer.flush()
-            await self._consumer.commit(offsets)
+            offsets = {}
+            for task in self.tasks.values():
+                offsets.update(task.positions)
+            shared = self._producers[SHARED]
+            if self.exactly_once:
+                await shared.commit_transaction(self.app.id, offsets)
+            else:
+                await shared.flush()
+                try:
+                    await self._consumer.commit(offsets)
+                except TaskMigratedError as exc:
+                    log.warning("%s", exc)
+                    for tid in list(self.tasks):
+                        self._close_task(tid, dirty=True)
         crash_point("commit.after_transaction")
         # Step 5.
         ends, self._changelog_ends = self._changelog_ends, {}
-        for task in tasks:
+        for task in self.tasks.values():
             task.store_set.persist(ends)
         crash_point("commit.after_persist")
         if self.exactly_once:
-            await self._producer.begin_transaction()
+            for producer in self._producers.values():
+                await producer.begin_transaction()
 
     async def _abandon(self) -> None:
-        """After a failure: drop uncommitted output and store writes, abort the open
-        transaction, commit nothing, free the tasks."""
-        dropped = self.collector.discard()
+        """After a failure: drop uncommitted output and store writes, abort open
+        transactions, commit nothing, free the tasks."""
+        dropped = 0
+        for task in self.tasks.values():
+            dropped += task.collector.discard()
+            task.store_set.discard()
         if dropped:
             log.info("dropped %d uncommitted output record(s); they will be produced again on restart", dropped)
-        for task in self.tasks.values():
-            task.store_set.discard()
-        if self.exactly_once and self._producer is not None:
-            try:
-                await self._producer.abort_transaction()
-            except Exception as exc:  # noqa: BLE001 - the next owner aborts it anyway
-                log.warning("could not abort the open transaction (%s); it is aborted on the next start", exc)
-        self._close_tasks()
+        if self.exactly_once:
+            for producer in self._producers.values():
+                try:
+                    await producer.abort_transaction()
+                except Exception as exc:  # noqa: BLE001 - the next owner aborts it anyway
+                    log.warning("could not abort an open transaction (%s); it is aborted on the next start", exc)
+        await self._shutdown()
 
-    def _close_tasks(self) -> None:
-        for tid, task in list(self.tasks.items()):
-            self.totals.add(task.metrics)
-            if self._consumer is not None:
-                self._consumer.unassign(task.input_partitions)
-            task.store_set.close()
-            if self._membership is not None:
-                self._membership.release(tid)
-        self.tasks.clear()
-        self._task_of_partition.clear()
-        for client in (self._consumer, self._restore_consumer, self._producer):
+    async def _shutdown(self) -> None:
+        for tid in list(self.tasks):
+            self._close_task(tid, dirty=False)
+        if self._standbys is not None:
+            self._standbys.close()
+        clients = [self._consumer, self._restore_consumer, *self._producers.values(), *self._retired_producers]
+        if self._standbys is not None:
+            clients.append(self._standbys.reader)
+        self._producers.clear()
+        self._retired_producers = []
+        for client in clients:
             if client is not None:
-                client.close()
-        self._consumer = self._restore_consumer = self._producer = None
+                try:
+                    await client.aclose()
+                except Exception as exc:  # noqa: BLE001 - shutting down regardless
+                    log.debug("closing %s: %s", type(client).__name__, exc)
+        self._consumer = self._restore_consumer = None
+        if self._membership is not None:
+            await self._membership.aclose()
+        if self._state is not None:
+            self._state.release()
+
+
+def _reader(transport: Transport, app_id: str) -> Consumer:
+    """A consumer outside the app's group, for restore and standbys."""
+    reader = getattr(transport, "reader", None)
+    return reader(read_committed=True) if reader is not None else \
+        transport.consumer(f"{app_id}-restore", read_committed=True)
+
+
+def _task_order(tid: str) -> Tuple[int, int]:
+    sub, partition = tid.split("_")
+    return int(sub), int(partition)
 
 
 def default_state_dir(transport: Transport, app_id: str) -> str:
@@ -292,11 +449,13 @@ def tune_gc_for_streaming() -> None:
 
 
 def run_worker(app: App, *, broker: str, until_idle: Optional[float] = None, guarantee: Optional[str] = None,
-               state_dir: Optional[str] = None) -> TaskMetrics:
+               state_dir: Optional[str] = None, config_file: Optional[str] = None,
+               standby_replicas: Optional[int] = None) -> TaskMetrics:
     """Run a worker in this process until SIGINT/SIGTERM, ``until_idle``, or an error."""
     tune_gc_for_streaming()
-    transport = open_transport(broker)
-    worker = Worker(app, transport, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir)
+    transport = open_transport(broker, kafka_config=app.kafka_config, config_file=config_file)
+    worker = Worker(app, transport, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir,
+                    standby_replicas=standby_replicas)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

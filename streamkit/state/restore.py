@@ -70,9 +70,11 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
     last_log = time.monotonic()
     empty_fetches = 0
     try:
-        while consumer.position(tp) < end and empty_fetches < EMPTY_FETCHES_AT_END:
+        while empty_fetches < EMPTY_FETCHES_AT_END:
             batches = await consumer.fetch(0.05)
             if not batches:
+                if consumer.position(tp) >= end:
+                    break  # one empty fetch at the end confirms it (some brokers under-report ends)
                 empty_fetches += 1  # only markers or aborted records remain below ``end``
                 continue
             empty_fetches = 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 Headers = Optional[Tuple[Tuple[str, bytes], ...]]
 RawRecord = Tuple[int, int, Optional[bytes], Optional[bytes], Headers]
@@ -107,7 +107,8 @@ class Consumer(abc.ABC):
         """Durably record the next offset to read per partition."""
 
     @abc.abstractmethod
-    def committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]: ...
+    async def committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offsets of ``partitions`` (absent where none)."""
 
     @abc.abstractmethod
     def position(self, partition: TopicPartition) -> int:
@@ -115,6 +116,10 @@ class Consumer(abc.ABC):
 
     def close(self) -> None:
         """Release resources."""
+
+    async def aclose(self) -> None:
+        """Release resources, waiting for network clients to shut down."""
+        self.close()
 
 
 class Producer(abc.ABC):
@@ -143,20 +148,69 @@ class Producer(abc.ABC):
     def close(self) -> None:
         """Release resources."""
 
+    async def aclose(self) -> None:
+        """Release resources, waiting for network clients to shut down."""
+        self.close()
+
+
+@dataclass(frozen=True)
+class TaskAssignment:
+    """The tasks a worker runs, and those it keeps warm standby copies of."""
+
+    active: FrozenSet[str] = frozenset()
+    standby: FrozenSet[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """What a worker brings to its group: the app's tasks and its own state."""
+
+    tasks: Mapping[str, Tuple[TopicPartition, ...]]
+    """Every task of the app and the input partitions it reads (co-partitioned)."""
+    standby_replicas: int = 0
+    running: Callable[[], FrozenSet[str]] = frozenset
+    """The tasks this worker runs now (kept where they are when the group rebalances)."""
+    local_state: Callable[[], FrozenSet[str]] = frozenset
+    """The tasks this worker holds local state for (preferred when placing tasks)."""
+
 
 class Membership(abc.ABC):
-    """Which tasks this worker owns among the group's."""
+    """Decides which of the app's tasks this worker runs.
+
+    Two styles fit behind it: the embedded log's, where a worker takes tasks nobody
+    holds (file locks) and never loses one while it lives; and Kafka's consumer
+    groups, where the group moves tasks in rebalances: the worker is asked to commit
+    before its tasks are revoked (:meth:`revocation_pending`) and then gets its new
+    assignment from :meth:`poll`.
+    """
+
+    group_managed: bool = False
+    """True when the group's consumer (:meth:`consumer`) also reads the tasks' inputs."""
 
     @abc.abstractmethod
-    def acquire(self, task_ids: Sequence[str]) -> list[str]:
-        """Try to take tasks not owned by anyone; return those newly taken."""
+    async def poll(self) -> Optional[TaskAssignment]:
+        """A new assignment when it changed since the last call, else None."""
 
-    @abc.abstractmethod
-    def release(self, task_id: str) -> None: ...
+    def consumer(self) -> Optional["Consumer"]:
+        """The consumer that carries the group membership, when inputs must be read with it."""
+        return None
+
+    def revocation_pending(self) -> bool:
+        """A rebalance waits for this worker to commit its tasks."""
+        return False
+
+    def revocation_committed(self) -> None:
+        """The worker committed everything: the rebalance may proceed."""
+
+    def release(self, task_id: str) -> None:
+        """This worker stopped running ``task_id``."""
 
     def owner_of(self, task_id: str) -> Optional[str]:
         """A description of the worker holding ``task_id``, if known."""
         return None
+
+    async def aclose(self) -> None:
+        """Leave the group."""
 
 
 class Transport(abc.ABC):
@@ -187,7 +241,12 @@ class Transport(abc.ABC):
         and compaction in a background thread; a real broker does its own)."""
 
     @abc.abstractmethod
-    def membership(self, group: str) -> Membership: ...
+    def membership(self, group: str, plan: GroupPlan) -> Membership: ...
+
+    def transactional_id_per_task(self) -> bool:
+        """True when exactly_once needs one transactional producer per task (Kafka's
+        zombie fencing without KIP-447), False when one per worker suffices."""
+        return False
 
     def close(self) -> None:
         """Release resources."""

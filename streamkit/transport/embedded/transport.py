@@ -5,8 +5,8 @@ import asyncio
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..base import (Consumer, FetchedBatch, Membership, OutgoingRecord, Producer, TopicPartition,
-                    Transport)
+from ..base import (Consumer, FetchedBatch, GroupPlan, Membership, OutgoingRecord, Producer, TaskAssignment,
+                    TopicPartition, Transport)
 from .broker import EmbeddedBroker
 
 MAX_RECORDS_PER_FETCH = 10_000
@@ -53,7 +53,7 @@ class EmbeddedConsumer(Consumer):
         if offsets:
             self._broker.commit_offsets(self._group, offsets)
 
-    def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
+    async def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
         stored = self._broker.committed_offsets(self._group)
         return {tp: stored[tp] for tp in partitions if tp in stored}
 
@@ -104,12 +104,28 @@ class EmbeddedProducer(Producer):
 
 
 class EmbeddedMembership(Membership):
-    """Task ownership through OS file locks: freed when a worker exits or is killed."""
+    """Task ownership through OS file locks: freed when a worker exits or is killed.
+    A worker takes the tasks nobody holds, looking again every ``poll_interval``."""
 
-    def __init__(self, broker: EmbeddedBroker, group: str) -> None:
+    def __init__(self, broker: EmbeddedBroker, group: str, plan: GroupPlan, poll_interval: float = 1.0) -> None:
         self._broker = broker
         self._group = group
+        self._tasks = sorted(plan.tasks)
         self._locks: Dict[str, object] = {}
+        self._poll_interval = poll_interval
+        self._next_poll = 0.0
+
+    async def poll(self) -> Optional[TaskAssignment]:
+        now = time.monotonic()
+        if now < self._next_poll:
+            return None
+        self._next_poll = now + self._poll_interval
+        taken = self.acquire([t for t in self._tasks if t not in self._locks])
+        return TaskAssignment(frozenset(self._locks)) if taken else None
+
+    async def aclose(self) -> None:
+        for task_id in list(self._locks):
+            self.release(task_id)
 
     def acquire(self, task_ids: Sequence[str]) -> List[str]:
         taken = []
@@ -147,8 +163,8 @@ class EmbeddedTransport(Transport):
     def producer(self, *, transactional_id: Optional[str] = None) -> Producer:
         return EmbeddedProducer(self.broker, transactional_id)
 
-    def membership(self, group: str) -> Membership:
-        return EmbeddedMembership(self.broker, group)
+    def membership(self, group: str, plan: GroupPlan) -> Membership:
+        return EmbeddedMembership(self.broker, group, plan)
 
     def resolve_abandoned_transactions(self) -> int:
         return self.broker.resolve_abandoned_transactions()

@@ -1,0 +1,83 @@
+"""Standby tasks: warm copies of stores of tasks other workers run, kept by tailing their
+changelogs, so taking a task over restores only the changelog's tail."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Dict, FrozenSet, Set, Tuple
+
+from ..state.task_stores import OpenStore, TaskStores, open_task_stores
+from ..topology import Topology
+from ..transport.base import Consumer, TopicPartition
+from .assembly import TaskSettings
+
+log = logging.getLogger(__name__)
+
+TAIL_INTERVAL = 0.2  # s between reads of the standbys' changelogs
+
+
+class StandbyTasks:
+    """The standby tasks of one worker and the reader tailing their changelogs."""
+
+    def __init__(self, topology: Topology, settings: TaskSettings, reader: Consumer) -> None:
+        self._topology = topology
+        self._settings = settings
+        self.reader = reader
+        self._tasks: Dict[str, TaskStores] = {}
+        self._by_changelog: Dict[TopicPartition, OpenStore] = {}
+        self._next_tail = 0.0
+        self.records_applied = 0
+
+    @property
+    def task_ids(self) -> Set[str]:
+        return set(self._tasks)
+
+    def keep(self, task_ids: FrozenSet[str]) -> None:
+        """Close every standby not in ``task_ids`` (dropped, or promoted to active)."""
+        for tid in sorted(set(self._tasks) - set(task_ids)):
+            stores = self._tasks.pop(tid)
+            tps = [s.changelog for s in stores.open_stores if s.changelog is not None]
+            for tp in tps:
+                self._by_changelog.pop(tp, None)
+            self.reader.unassign(tps)
+            stores.close()
+            log.info("standby task %s closed", tid)
+
+    async def open(self, task_ids: FrozenSet[str]) -> None:
+        """Open stores for new standbys and start tailing their changelogs at their checkpoints."""
+        for tid in sorted(set(task_ids) - set(self._tasks)):
+            sub_id, partition = (int(x) for x in tid.split("_"))
+            sub = self._topology.sub_topologies[sub_id]
+            specs = [self._topology.stores[name] for name in sub.store_names]
+            stores = open_task_stores(specs, app_id=self._topology.app_id, task_id=tid, partition=partition,
+                                      backend=self._settings.store_backend, state_dir=self._settings.state_dir)
+            self._tasks[tid] = stores
+            for store in stores.open_stores:
+                if store.changelog is None:
+                    continue
+                checkpoint = store.buffer.persistent.changelog_offset()
+                self._by_changelog[store.changelog] = store
+                self.reader.assign([store.changelog], {} if checkpoint is None else {store.changelog: checkpoint})
+            log.info("standby task %s opened (stores %s)", tid, ", ".join(sub.store_names) or "none")
+
+    async def tail(self) -> int:
+        """Apply whatever the changelogs gained since the last call; return how many records."""
+        if not self._by_changelog:
+            return 0
+        now = time.monotonic()
+        if now < self._next_tail:
+            return 0
+        self._next_tail = now + TAIL_INTERVAL
+        applied = 0
+        for batch in await self.reader.fetch(0):
+            store = self._by_changelog.get(TopicPartition(batch.topic, batch.partition))
+            if store is None:
+                continue
+            entries = {key: value for _offset, _ts, key, value, _headers in batch.records}
+            store.buffer.persistent.apply(entries, batch.records[-1][0] + 1)
+            applied += len(batch.records)
+        self.records_applied += applied
+        return applied
+
+    def close(self) -> None:
+        self.keep(frozenset())

@@ -1,0 +1,1 @@
+"""Apache Kafka transport on aiokafka."""

@@ -1,0 +1,279 @@
+"""Topic and consumer-group administration on Kafka, behind the synchronous Admin interface."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Dict, List, Mapping, Optional
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as KafkaTopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.protocol.metadata import MetadataRequest
+from aiokafka.errors import (CommitFailedError, KafkaConnectionError, KafkaError, TopicAlreadyExistsError,
+                             UnknownTopicOrPartitionError, for_code)
+
+from ...errors import BrokerUnavailableError, ConfigError, StreamkitError
+from ..base import Admin, PartitionOffsets, TopicMetadata, TopicPartition
+from .config import KafkaClientConfig
+from .loop_thread import BackgroundLoop
+
+log = logging.getLogger(__name__)
+
+_REQUEST_TIMEOUT = 60.0  # s: an admin call that takes longer is reported as a failure
+MAX_REPLICATION_FACTOR = 3
+
+
+class KafkaAdmin(Admin):
+    """Admin calls on a private event loop, so they can be made from any synchronous code."""
+
+    def __init__(self, config: KafkaClientConfig) -> None:
+        self._config = config
+        self._servers = ",".join(config.bootstrap_servers)
+        self._loop = BackgroundLoop("streamkit-kafka-admin")
+        self._client: Optional[AIOKafkaAdminClient] = None
+        self._offsets: Optional[AIOKafkaConsumer] = None
+        self._replication_factor: Optional[int] = config.replication_factor
+
+    # -- connection ---------------------------------------------------------------
+    def connect(self) -> None:
+        """Reach the cluster, retrying for ``connect_timeout_s``; a clear error after that."""
+        self._call(self._connect())
+
+    async def _connect(self) -> None:
+        if self._client is not None:
+            return
+        deadline = time.monotonic() + self._config.connect_timeout_s
+        delay = 0.2
+        while True:
+            client = AIOKafkaAdminClient(**self._config.admin_kwargs())
+            try:
+                await client.start()
+                break
+            except KafkaConnectionError as exc:
+                await _quietly(client.close())
+                if time.monotonic() + delay > deadline:
+                    raise BrokerUnavailableError(
+                        f"cannot reach Kafka at {self._servers} after {self._config.connect_timeout_s:g} s "
+                        f"({exc}); check the broker URL, that the brokers are up, and the security settings"
+                    ) from None
+                log.info("Kafka at %s not reachable yet (%s); retrying", self._servers, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        self._client = client
+        self._offsets = AIOKafkaConsumer(**self._config.consumer_kwargs(), enable_auto_commit=False,
+                                         isolation_level="read_uncommitted")
+        await self._offsets.start()
+
+    def _call(self, coro) -> Any:
+        try:
+            return self._loop.run(coro, timeout=_REQUEST_TIMEOUT)
+        except TimeoutError:
+            raise BrokerUnavailableError(f"Kafka at {self._servers} did not answer within "
+                                         f"{_REQUEST_TIMEOUT:g} s") from None
+
+    async def _admin(self) -> AIOKafkaAdminClient:
+        await self._connect()
+        assert self._client is not None
+        return self._client
+
+    # -- topics -------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int, config: Optional[Mapping[str, str]] = None,
+                     *, exist_ok: bool = False) -> TopicMetadata:
+        return self._call(self._create_topic(name, partitions, dict(config or {}), exist_ok))
+
+    async def _create_topic(self, name: str, partitions: int, config: Dict[str, str],
+                            exist_ok: bool) -> TopicMetadata:
+        admin = await self._admin()
+        replication = await self._pick_replication_factor()
+        response = await admin.create_topics([NewTopic(name, partitions, replication, topic_configs=config)])
+        for entry in response.topic_errors:
+            topic, code = entry[0], entry[1]
+            message = entry[2] if len(entry) > 2 else None
+            if code == 0:
+                continue
+            error = for_code(code)
+            if error is TopicAlreadyExistsError:
+                if not exist_ok:
+                    raise ConfigError(f"topic '{topic}' already exists on {self._servers}")
+                break
+            raise StreamkitError(f"creating topic '{topic}' ({partitions} partition(s), replication "
+                                 f"{replication}, config {config}) on {self._servers} failed: "
+                                 f"{error.__name__}: {message or ''}".rstrip(": "))
+        meta = await self._wait_for_topic(name)
+        if meta is None:
+            raise StreamkitError(f"topic '{name}' was created on {self._servers} but its metadata "
+                                 "did not appear")
+        return meta
+
+    async def _wait_for_topic(self, name: str) -> Optional[TopicMetadata]:
+        # Topic creation is asynchronous in Kafka: metadata can lag the response.
+        for _ in range(50):
+            meta = await self._topic(name)
+            if meta is not None and meta.partitions > 0:
+                return meta
+            await asyncio.sleep(0.1)
+        return None
+
+    async def _pick_replication_factor(self) -> int:
+        if self._replication_factor is None:
+            admin = await self._admin()
+            try:
+                brokers = len((await admin.describe_cluster()).get("brokers", ())) or 1
+            except KafkaError:
+                brokers = 1
+            self._replication_factor = min(MAX_REPLICATION_FACTOR, brokers)
+        return self._replication_factor
+
+    def delete_topic(self, name: str) -> None:
+        self._call(self._delete_topic(name))
+
+    async def _delete_topic(self, name: str) -> None:
+        admin = await self._admin()
+        response = await admin.delete_topics([name])
+        for entry in response.topic_error_codes:
+            if entry[1] != 0:
+                error = for_code(entry[1])
+                raise StreamkitError(f"deleting topic '{entry[0]}' on {self._servers} failed: {error.__name__}")
+
+    def topic(self, name: str) -> Optional[TopicMetadata]:
+        return self._call(self._topic(name))
+
+    async def _topic(self, name: str) -> Optional[TopicMetadata]:
+        admin = await self._admin()
+        # A plain metadata request would make brokers with auto.create.topics.enable create it.
+        response = await admin._send_request(MetadataRequest([name], allow_auto_topic_creation=False))
+        for entry in response.to_object()["topics"]:
+            if entry.get("topic") != name:
+                continue
+            if entry.get("error_code", 0) != 0 or not entry.get("partitions"):
+                return None
+            return TopicMetadata(name, len(entry["partitions"]), await self._topic_config(name))
+        return None
+
+    async def _topic_config(self, name: str) -> Dict[str, str]:
+        admin = await self._admin()
+        try:
+            responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+        except KafkaError:
+            return {}  # brokers that do not describe configs: report none
+        config: Dict[str, str] = {}
+        for response in responses:
+            for resource in response.resources:
+                # (error_code, error_message, type, name, config_entries)
+                for entry in resource[4]:
+                    key, value, is_default = entry[0], entry[1], _is_default(entry)
+                    if value is not None and not is_default:
+                        config[key] = value
+        return config
+
+    def list_topics(self) -> List[TopicMetadata]:
+        return self._call(self._list_topics())
+
+    async def _list_topics(self) -> List[TopicMetadata]:
+        admin = await self._admin()
+        described = await admin.describe_topics(None)
+        out = []
+        for entry in described:
+            if entry.get("error_code", 0) == 0 and not entry.get("is_internal", False) \
+                    and not entry["topic"].startswith("__"):
+                out.append(TopicMetadata(entry["topic"], len(entry["partitions"]), {}))
+        return sorted(out, key=lambda m: m.name)
+
+    def partition_offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        return self._call(self._partition_offsets(topic, partition))
+
+    async def _partition_offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        await self._connect()
+        assert self._offsets is not None
+        tp = KafkaTopicPartition(topic, partition)
+        try:
+            start = (await self._offsets.beginning_offsets([tp]))[tp]
+            end = (await self._offsets.end_offsets([tp]))[tp]
+        except UnknownTopicOrPartitionError:
+            raise StreamkitError(f"topic '{topic}' partition {partition} does not exist on {self._servers}") \
+                from None
+        return PartitionOffsets(start, end)
+
+    # -- consumer groups ----------------------------------------------------------
+    def list_groups(self) -> List[str]:
+        return self._call(self._list_groups())
+
+    async def _list_groups(self) -> List[str]:
+        admin = await self._admin()
+        return sorted(group[0] for group in await admin.list_consumer_groups())
+
+    def committed_offsets(self, group: str) -> Dict[TopicPartition, int]:
+        return self._call(self._committed_offsets(group))
+
+    async def _committed_offsets(self, group: str) -> Dict[TopicPartition, int]:
+        admin = await self._admin()
+        try:
+            offsets = await admin.list_consumer_group_offsets(group)
+        except (KafkaError, ValueError) as exc:
+            # Some Kafka-compatible brokers answer the all-partitions OffsetFetch in a form
+            # aiokafka cannot decode: ask partition by partition instead.
+            log.debug("listing offsets of group %s failed (%s); asking per partition", group, exc)
+            return await self._committed_offsets_per_partition(group)
+        return {TopicPartition(tp.topic, tp.partition): meta.offset
+                for tp, meta in offsets.items() if meta is not None and meta.offset >= 0}
+
+    async def _committed_offsets_per_partition(self, group: str) -> Dict[TopicPartition, int]:
+        from .consumer import committed_offsets
+
+        partitions = [TopicPartition(meta.name, p) for meta in await self._list_topics()
+                      for p in range(meta.partitions)]
+        consumer = AIOKafkaConsumer(**self._config.consumer_kwargs(), group_id=group, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            return await committed_offsets(consumer, partitions)
+        finally:
+            await _quietly(consumer.stop())
+
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        self._call(self._commit_offsets(group, dict(offsets)))
+
+    def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        self._call(self._commit_offsets(group, dict(offsets)))
+
+    async def _commit_offsets(self, group: str, offsets: Dict[TopicPartition, int]) -> None:
+        if not offsets:
+            return
+        # A consumer outside the group's membership (generation -1) may commit only
+        # while the group has no active members, which is what a reset needs.
+        consumer = AIOKafkaConsumer(**self._config.consumer_kwargs(), group_id=group, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tps = {KafkaTopicPartition(tp.topic, tp.partition): offset for tp, offset in offsets.items()}
+            consumer.assign(list(tps))
+            await consumer.commit(tps)
+        except CommitFailedError:
+            raise StreamkitError(f"group '{group}' has active members on {self._servers}: stop its "
+                                 "workers before changing its offsets") from None
+        finally:
+            await _quietly(consumer.stop())
+
+    def close(self) -> None:
+        async def stop() -> None:
+            if self._offsets is not None:
+                await _quietly(self._offsets.stop())
+            if self._client is not None:
+                await _quietly(self._client.close())
+        self._loop.close(stop())
+
+
+def _is_default(entry: tuple) -> bool:
+    # DescribeConfigs v0 carries is_default at index 3; v1+ a config_source at 3
+    # (5 = DEFAULT_CONFIG, 4 = STATIC_BROKER_CONFIG).
+    flag = entry[3] if len(entry) > 3 else False
+    if isinstance(flag, bool):
+        return flag
+    return flag in (4, 5)
+
+
+async def _quietly(awaitable) -> None:
+    try:
+        await awaitable
+    except Exception:  # noqa: BLE001 - closing best-effort
+        pass

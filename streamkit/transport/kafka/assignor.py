@@ -1,0 +1,195 @@
+"""The group's partition assignor: assigns whole tasks, sticky, with standby replicas.
+
+Kafka's own assignors hand out partitions one by one; a streamkit task reads one
+partition of every input topic of its sub-topology (co-partitioned), so the
+leader assigns tasks and gives each member all of its tasks' input partitions.
+Members tell the leader (in their JoinGroup user data) which tasks they ran and
+which they hold local state for; the leader keeps tasks where they were, then
+places them where their state is, then balances. Standby tasks go to other
+members than the active one, preferring members that already hold the state.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Sequence, Set, Tuple
+
+import orjson
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
+
+from ..base import TopicPartition
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_NAME = "streamkit-tasks"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class MemberState:
+    """What a member reports when it joins."""
+
+    active: FrozenSet[str] = frozenset()
+    """Tasks it ran before this rebalance."""
+    local: FrozenSet[str] = frozenset()
+    """Tasks it holds local state for (standbys included)."""
+    plan: str = ""
+    """A fingerprint of its task plan: members running different topologies are an error."""
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"v": VERSION, "active": sorted(self.active), "local": sorted(self.local),
+                             "plan": self.plan})
+
+    @classmethod
+    def decode(cls, data: bytes) -> "MemberState":
+        try:
+            raw = orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError:
+            raw = {}
+        return cls(frozenset(raw.get("active", ())), frozenset(raw.get("local", ())), raw.get("plan", ""))
+
+
+@dataclass(frozen=True)
+class TaskAssignment:
+    """The tasks one member runs, and those it keeps warm standby copies of."""
+
+    active: FrozenSet[str] = frozenset()
+    standby: FrozenSet[str] = frozenset()
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"v": VERSION, "active": sorted(self.active), "standby": sorted(self.standby)})
+
+    @classmethod
+    def decode(cls, data: bytes) -> "TaskAssignment":
+        raw = orjson.loads(data) if data else {}
+        return cls(frozenset(raw.get("active", ())), frozenset(raw.get("standby", ())))
+
+
+def assign_tasks(tasks: Sequence[str], members: Mapping[str, MemberState],
+                 standby_replicas: int = 0) -> Dict[str, TaskAssignment]:
+    """Place every task on one member, and up to ``standby_replicas`` standbys on others.
+
+    Balanced to within one task; a task stays with its previous owner while that keeps
+    the balance, else goes to a member holding its state, else to the least loaded.
+    """
+    member_ids = sorted(members)
+    if not member_ids:
+        return {}
+    capacity = math.ceil(len(tasks) / len(member_ids)) if tasks else 0
+    active: Dict[str, List[str]] = {m: [] for m in member_ids}
+    owner: Dict[str, str] = {}
+
+    def least_loaded(candidates: Iterable[str]) -> str:
+        return min(candidates, key=lambda m: (len(active[m]), m))
+
+    for task in tasks:  # 1. stay where it ran
+        previous = [m for m in member_ids if task in members[m].active and len(active[m]) < capacity]
+        if previous:
+            chosen = least_loaded(previous)
+            active[chosen].append(task)
+            owner[task] = chosen
+    for task in tasks:  # 2. go where its state is
+        if task in owner:
+            continue
+        holders = [m for m in member_ids if task in members[m].local and len(active[m]) < capacity]
+        if holders:
+            chosen = least_loaded(holders)
+            active[chosen].append(task)
+            owner[task] = chosen
+    for task in tasks:  # 3. balance the rest
+        if task not in owner:
+            chosen = least_loaded(member_ids)
+            active[chosen].append(task)
+            owner[task] = chosen
+
+    standby: Dict[str, List[str]] = {m: [] for m in member_ids}
+    replicas = min(standby_replicas, len(member_ids) - 1)
+    for task in tasks:
+        placed: Set[str] = {owner[task]}
+        for _ in range(replicas):
+            candidates = [m for m in member_ids if m not in placed]
+            holders = [m for m in candidates if task in members[m].local]
+            pool = holders or candidates
+            chosen = min(pool, key=lambda m: (len(standby[m]) + len(active[m]), m))
+            standby[chosen].append(task)
+            placed.add(chosen)
+    return {m: TaskAssignment(frozenset(active[m]), frozenset(standby[m])) for m in member_ids}
+
+
+@dataclass
+class TaskAssignor(AbstractPartitionAssignor):
+    """An aiokafka assignor instance bound to one worker's task plan.
+
+    ``tasks`` maps each task id to its input partitions; ``state`` reports this
+    member's :class:`MemberState` when it (re)joins; the latest assignment received
+    is in :attr:`received`.
+    """
+
+    tasks: Mapping[str, Tuple[TopicPartition, ...]]
+    state: Callable[[], MemberState]
+    standby_replicas: int = 0
+    received: TaskAssignment = field(default_factory=TaskAssignment)
+    generation_seen: int = 0
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return PROTOCOL_NAME
+
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
+        return ConsumerProtocolMemberMetadata(VERSION, sorted(topics), self.state().encode())
+
+    def assign(self, cluster, members: Mapping[str, ConsumerProtocolMemberMetadata]  # type: ignore[override]
+               ) -> Dict[str, ConsumerProtocolMemberAssignment]:
+        states = {member: MemberState.decode(meta.user_data) for member, meta in members.items()}
+        mine = self.state().plan
+        strangers = sorted(m for m, s in states.items() if s.plan and s.plan != mine)
+        if strangers:
+            log.error("group members %s run a different topology than this worker (plan %s): their tasks "
+                      "would not line up; assigning them nothing until they run the same app version",
+                      ", ".join(strangers), mine)
+            for member in strangers:
+                states.pop(member)
+        usable = [t for t, tps in self.tasks.items() if all(_exists(cluster, tp) for tp in tps)]
+        missing = sorted(set(self.tasks) - set(usable))
+        if missing:
+            log.error("tasks %s have input partitions missing from the cluster metadata; not assigned",
+                      ", ".join(missing))
+        placed = assign_tasks(sorted(usable, key=_task_order), states, self.standby_replicas)
+        out = {}
+        for member in members:
+            assignment = placed.get(member, TaskAssignment())
+            by_topic: Dict[str, List[int]] = {}
+            for task in sorted(assignment.active, key=_task_order):
+                for tp in self.tasks[task]:
+                    by_topic.setdefault(tp.topic, []).append(tp.partition)
+            out[member] = ConsumerProtocolMemberAssignment(
+                VERSION, sorted((topic, sorted(parts)) for topic, parts in by_topic.items()),
+                assignment.encode())
+        log.info("assigned %d task(s) to %d member(s)%s", len(usable), len(placed),
+                 f" with {self.standby_replicas} standby replica(s)" if self.standby_replicas else "")
+        return out
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:  # type: ignore[override]
+        self.received = TaskAssignment.decode(assignment.user_data)
+        self.generation_seen += 1
+
+
+def _exists(cluster, tp: TopicPartition) -> bool:
+    partitions = cluster.partitions_for_topic(tp.topic)
+    return partitions is not None and tp.partition in partitions
+
+
+def _task_order(task_id: str) -> Tuple[int, int]:
+    sub, partition = task_id.split("_")
+    return int(sub), int(partition)
+
+
+def plan_fingerprint(tasks: Mapping[str, Tuple[TopicPartition, ...]]) -> str:
+    """A short stable digest of a task plan."""
+    import hashlib
+
+    text = ";".join(f"{t}:{','.join(f'{tp.topic}/{tp.partition}' for tp in tps)}"
+                    for t, tps in sorted(tasks.items()))
+    return hashlib.sha1(text.encode()).hexdigest()[:12]

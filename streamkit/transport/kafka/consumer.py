@@ -1,0 +1,146 @@
+"""A consumer of explicitly assigned partitions (restore, standbys, the console consumer)."""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence, Set
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as KafkaTopicPartition
+from aiokafka.errors import KafkaError
+
+from ...errors import StreamkitError
+from ..base import Consumer, FetchedBatch, TopicPartition
+from .admin import KafkaAdmin
+from .config import KafkaClientConfig
+from .records import to_raw_records
+
+MAX_RECORDS_PER_FETCH = 10_000
+
+
+class KafkaAssignedConsumer(Consumer):
+    """Reads the partitions it is given from the positions it is given; commits for
+    ``group`` when it has one. Starts its aiokafka client lazily, on the caller's loop."""
+
+    def __init__(self, config: KafkaClientConfig, admin: KafkaAdmin, group: Optional[str],
+                 read_committed: bool) -> None:
+        self._admin = admin
+        self._group = group
+        self._kafka = AIOKafkaConsumer(
+            **config.consumer_kwargs(), group_id=group, enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed" if read_committed else "read_uncommitted")
+        self._started = False
+        self._assigned: Set[TopicPartition] = set()
+        self._seeks: Dict[TopicPartition, Optional[int]] = {}
+        self._positions: Dict[TopicPartition, int] = {}
+        self._assignment_changed = False
+
+    def assign(self, partitions: Sequence[TopicPartition], positions: Mapping[TopicPartition, int]) -> None:
+        for tp in partitions:
+            self._assigned.add(tp)
+            self._seeks[tp] = positions.get(tp)
+            if tp in positions:
+                self._positions[tp] = positions[tp]
+        self._assignment_changed = True
+
+    def unassign(self, partitions: Sequence[TopicPartition]) -> None:
+        for tp in partitions:
+            self._assigned.discard(tp)
+            self._seeks.pop(tp, None)
+            self._positions.pop(tp, None)
+        self._assignment_changed = True
+
+    def position(self, partition: TopicPartition) -> int:
+        return self._positions.get(partition, 0)
+
+    async def _prepare(self) -> None:
+        if not self._started:
+            await self._kafka.start()
+            self._started = True
+        if self._assignment_changed:
+            self._kafka.assign([KafkaTopicPartition(*tp) for tp in self._assigned])
+            self._assignment_changed = False
+        for tp, offset in self._seeks.items():
+            ktp = KafkaTopicPartition(*tp)
+            if offset is None:
+                await self._kafka.seek_to_beginning(ktp)
+            else:
+                self._kafka.seek(ktp, offset)
+        self._seeks.clear()
+
+    async def fetch(self, max_wait: float) -> List[FetchedBatch]:
+        if not self._assigned:
+            return []
+        await self._prepare()
+        try:
+            data = await self._kafka.getmany(timeout_ms=int(max_wait * 1000), max_records=MAX_RECORDS_PER_FETCH)
+        except KafkaError as exc:
+            raise StreamkitError(f"reading {_describe(self._assigned)} failed: {type(exc).__name__}: {exc}") \
+                from exc
+        out = []
+        for ktp, records in data.items():
+            if records:
+                out.append(FetchedBatch(ktp.topic, ktp.partition, to_raw_records(records)))
+        # The position can be past the last record (transaction markers, aborted data).
+        for tp in self._assigned:
+            self._positions[tp] = await self._kafka.position(KafkaTopicPartition(*tp))
+        return out
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if not offsets:
+            return
+        if self._group is None:
+            raise StreamkitError("this consumer has no group: nothing to commit offsets for")
+        await self._prepare()
+        await self._kafka.commit({KafkaTopicPartition(*tp): offset for tp, offset in offsets.items()})
+
+    async def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
+        if self._group is None:
+            return {}
+        if not self._started:
+            await self._kafka.start()
+            self._started = True
+        return await committed_offsets(self._kafka, partitions)
+
+    async def aclose(self) -> None:
+        self._assigned.clear()
+        self._started = False
+        await self._kafka.stop()  # also when never started: aiokafka warns about unclosed clients
+
+    def close(self) -> None:
+        stop_soon(self._kafka.stop())
+        self._started = False
+
+
+async def committed_offsets(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition]
+                            ) -> Dict[TopicPartition, int]:
+    """The committed offsets of ``partitions`` for ``kafka``'s group."""
+    out = {}
+    for tp in partitions:
+        offset = await kafka.committed(KafkaTopicPartition(*tp))
+        if offset is not None and offset >= 0:
+            out[tp] = offset
+    return out
+
+
+def stop_soon(coro) -> None:
+    """Run an aiokafka client's ``stop()`` from synchronous code on its loop (best effort;
+    prefer ``aclose()``)."""
+    import asyncio
+
+    if coro is None:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        coro.close()
+        return
+    task = loop.create_task(coro)
+    _pending_stops.add(task)
+    task.add_done_callback(_pending_stops.discard)
+
+
+_pending_stops: set = set()
+
+
+def _describe(partitions) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions)) or "nothing"

@@ -1,0 +1,175 @@
+"""Consumer-group membership on Kafka: the group's consumer reads the tasks' inputs, and a
+rebalance listener hands revocations and assignments to the worker's loop.
+
+Revocation is a handshake: aiokafka awaits ``on_partitions_revoked`` before the
+rebalance goes on, so the listener waits (bounded) until the worker loop has
+committed every task, then lets it proceed. Assignments arrive paused; the
+worker resumes each task's partitions once its stores are restored.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Dict, List, Mapping, Optional, Sequence, Set
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+from aiokafka import TopicPartition as KafkaTopicPartition
+from aiokafka.errors import (CommitFailedError, IllegalGenerationError, KafkaError, RebalanceInProgressError,
+                             UnknownMemberIdError)
+
+from ...errors import StreamkitError, TaskMigratedError
+from ..base import Consumer, FetchedBatch, GroupPlan, Membership, TaskAssignment, TopicPartition
+from .admin import KafkaAdmin
+from .assignor import MemberState, TaskAssignor, plan_fingerprint
+from .config import KafkaClientConfig
+from .consumer import committed_offsets
+from .records import to_raw_records
+
+log = logging.getLogger(__name__)
+
+REVOKE_TIMEOUT = 60.0  # s the rebalance waits for the worker to commit revoked tasks
+MAX_RECORDS_PER_FETCH = 10_000
+_MIGRATED = (CommitFailedError, IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError)
+
+
+class KafkaGroupConsumer(Consumer):
+    """The group member's consumer. ``assign`` seeks and resumes partitions the group gave
+    this worker; ``unassign`` pauses them; commits fail with TaskMigratedError once the
+    group has moved on without us."""
+
+    def __init__(self, kafka: AIOKafkaConsumer, admin: KafkaAdmin, group: str) -> None:
+        self._kafka = kafka
+        self._admin = admin
+        self._group = group
+        self._seeks: Dict[TopicPartition, Optional[int]] = {}
+
+    def assign(self, partitions: Sequence[TopicPartition], positions: Mapping[TopicPartition, int]) -> None:
+        for tp in partitions:
+            self._seeks[tp] = positions.get(tp)
+
+    def unassign(self, partitions: Sequence[TopicPartition]) -> None:
+        assigned = self._kafka.assignment()
+        pause = [KafkaTopicPartition(*tp) for tp in partitions if KafkaTopicPartition(*tp) in assigned]
+        for tp in partitions:
+            self._seeks.pop(tp, None)
+        if pause:
+            self._kafka.pause(*pause)
+
+    def position(self, partition: TopicPartition) -> int:
+        raise NotImplementedError("the worker tracks its tasks' positions itself")
+
+    async def _apply_seeks(self) -> None:
+        assigned = self._kafka.assignment()
+        resume = []
+        for tp, offset in self._seeks.items():
+            ktp = KafkaTopicPartition(*tp)
+            if ktp not in assigned:
+                continue  # revoked meanwhile; the next assignment decides
+            if offset is None:
+                await self._kafka.seek_to_beginning(ktp)
+            else:
+                self._kafka.seek(ktp, offset)
+            resume.append(ktp)
+        self._seeks.clear()
+        if resume:
+            self._kafka.resume(*resume)
+
+    async def fetch(self, max_wait: float) -> List[FetchedBatch]:
+        if self._seeks:
+            await self._apply_seeks()
+        try:
+            data = await self._kafka.getmany(timeout_ms=int(max_wait * 1000), max_records=MAX_RECORDS_PER_FETCH)
+        except KafkaError as exc:
+            raise StreamkitError(f"group {self._group}: fetching failed: {type(exc).__name__}: {exc}") from exc
+        return [FetchedBatch(ktp.topic, ktp.partition, to_raw_records(records))
+                for ktp, records in data.items() if records]
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if not offsets:
+            return
+        try:
+            await self._kafka.commit({KafkaTopicPartition(*tp): offset for tp, offset in offsets.items()})
+        except _MIGRATED as exc:
+            raise TaskMigratedError(f"group {self._group} rebalanced without this worker "
+                                    f"({type(exc).__name__}): its tasks now belong to other members") from None
+
+    async def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
+        return await committed_offsets(self._kafka, partitions)
+
+
+class KafkaGroupMembership(Membership):
+    """One member of the app's consumer group, assigning whole tasks (see assignor.py)."""
+
+    group_managed = True
+
+    def __init__(self, config: KafkaClientConfig, admin: KafkaAdmin, group: str, plan: GroupPlan) -> None:
+        self._group = group
+        self._plan = plan
+        fingerprint = plan_fingerprint(plan.tasks)
+        self._assignor = TaskAssignor(
+            tasks=plan.tasks, standby_replicas=plan.standby_replicas,
+            state=lambda: MemberState(frozenset(plan.running()), frozenset(plan.local_state()), fingerprint))
+        self._kafka = AIOKafkaConsumer(
+            **config.consumer_kwargs(), group_id=group, enable_auto_commit=False,
+            auto_offset_reset="earliest", isolation_level="read_committed",
+            partition_assignment_strategy=(self._assignor,))
+        self._consumer = KafkaGroupConsumer(self._kafka, admin, group)
+        self._started = False
+        self._pending: Optional[TaskAssignment] = None
+        self._revoking: Optional[asyncio.Event] = None
+        self.topics = sorted({tp.topic for tps in plan.tasks.values() for tp in tps})
+
+    def consumer(self) -> Consumer:
+        return self._consumer
+
+    async def poll(self) -> Optional[TaskAssignment]:
+        if not self._started:
+            await self._kafka.start()
+            self._kafka.subscribe(self.topics, listener=_Listener(self))
+            self._started = True
+            log.info("joining group %s (topics %s)", self._group, ", ".join(self.topics))
+        pending, self._pending = self._pending, None
+        return pending
+
+    def revocation_pending(self) -> bool:
+        return self._revoking is not None and not self._revoking.is_set()
+
+    def revocation_committed(self) -> None:
+        if self._revoking is not None:
+            self._revoking.set()
+
+    async def _on_revoked(self, revoked: Set[KafkaTopicPartition]) -> None:
+        if not revoked or not self._plan.running():
+            return
+        self._revoking = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._revoking.wait(), REVOKE_TIMEOUT)
+        except asyncio.TimeoutError:
+            log.warning("group %s: the worker did not commit its tasks within %.0f s of a rebalance; the "
+                        "rebalance goes on and their uncommitted work will be redone by the next owner",
+                        self._group, REVOKE_TIMEOUT)
+        finally:
+            self._revoking = None
+
+    def _on_assigned(self, assigned: Set[KafkaTopicPartition]) -> None:
+        if assigned:
+            self._kafka.pause(*assigned)  # resumed per task once its stores are restored
+        self._pending = self._assignor.received
+        log.info("group %s assigned this worker task(s) %s%s", self._group,
+                 ", ".join(sorted(self._pending.active)) or "none",
+                 f"; standby {', '.join(sorted(self._pending.standby))}" if self._pending.standby else "")
+
+    async def aclose(self) -> None:
+        self._started = False
+        await self._kafka.stop()
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, membership: KafkaGroupMembership) -> None:
+        self._membership = membership
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        await self._membership._on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        self._membership._on_assigned(set(assigned))
