@@ -53,6 +53,11 @@ class BrokerUnavailableError(StreamkitError):
     """The broker could not be reached (after the configured retries)."""
 
 
+class RebalanceInProgressError(StreamkitError):
+    """The group is rebalancing: an offset commit was refused for now. The worker keeps its
+    tasks and commits when the rebalance asks it to (before revoking them)."""
+
+
 class TaskMigratedError(StreamkitError):
     """This worker lost tasks to another member of its group (a rebalance it missed, or a
     newer producer fenced it). The tasks' uncommitted work is discarded, never committed."""

@@ -18,7 +18,7 @@ import uuid
 from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 from ..app import GUARANTEES, App
-from ..errors import ConfigError, TaskMigratedError
+from ..errors import ConfigError, RebalanceInProgressError, StreamkitError, TaskMigratedError
 from ..faults import crash_point
 from ..state.directory import StateDirectory, claim_state_directory
 from ..state.restore import restore_task_stores
@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 FETCH_WAIT = 0.1  # s: longest a fetch waits for records
 PROGRESS_INTERVAL = 30.0  # s between progress log lines
 SHARED = ""  # producer key of the worker-wide producer
+SLICE = 1000  # records processed between looks at the clock
+MAX_BLOCKING = 0.05  # s of processing before the event loop gets a turn
+TOPIC_CHECK_INTERVAL = 5.0  # s between checks that the app's topics still exist as planned
 
 
 class Worker:
@@ -94,6 +97,8 @@ class Worker:
                 if partition < self.partitions[topic])
         self._membership = transport.membership(app.id, GroupPlan(
             tasks=self._plan_tasks, standby_replicas=self.standby_replicas,
+            stateful=frozenset(t for t in self._plan_tasks
+                               if topology.sub_topologies[_task_order(t)[0]].store_names),
             running=lambda: frozenset(self.tasks), local_state=self._local_state))
         self._state = claim_state_directory(
             self._explicit_state_dir or default_state_dir(transport, app.id),
@@ -128,12 +133,20 @@ class Worker:
         next_commit = now + self.commit_interval
         self._progress = _Progress(now)
         idle_since: Optional[float] = now  # start of the current run of empty fetches
+        next_topic_check = now + TOPIC_CHECK_INTERVAL
         cache_limit = self.app.cache_max_bytes
         assert self._membership is not None
         waits_for_group = self._membership.group_managed  # not idle before the group assigned tasks
         while not self._stopping:
             if await self._rebalance():
                 idle_since = time.monotonic()  # new work restarts the --until-idle clock
+            # Idle means fetches found nothing for that long (slow commits do not count), with
+            # every assignment received applied (checked right after _rebalance for that).
+            now = time.monotonic()
+            if self.until_idle is not None and idle_since is not None and now - idle_since >= self.until_idle \
+                    and not self._suspended and not (waits_for_group and not self._assigned_once):
+                log.info("no input for %.1f s: stopping (--until-idle)", self.until_idle)
+                return
             fetch_started = time.monotonic()
             if await self._process_available():
                 idle_since = None
@@ -150,11 +163,24 @@ class Worker:
                 await self._commit()
                 next_commit = time.monotonic() + self.commit_interval
             self._progress.maybe_log(now, self.tasks)
-            # Idle means fetches found nothing for that long (slow commits do not count).
-            if self.until_idle is not None and idle_since is not None and now - idle_since >= self.until_idle \
-                    and not (waits_for_group and not self._assigned_once):
-                log.info("no input for %.1f s: stopping (--until-idle)", self.until_idle)
-                return
+            if now >= next_topic_check:
+                self._check_topics()
+                next_topic_check = now + TOPIC_CHECK_INTERVAL
+
+    def _check_topics(self) -> None:
+        """Fail clearly when a topic of the app was deleted (or recreated with another
+        partition count) under the running worker, instead of waiting for input forever."""
+        admin = self.transport.admin
+        for topic, partitions in self.partitions.items():
+            meta = admin.topic(topic)
+            if meta is None:
+                raise StreamkitError(f"topic '{topic}' was deleted while app {self.app.id} ran on "
+                                     f"{self.transport.url}; recreate it with {partitions} partition(s) "
+                                     "and restart the workers")
+            if meta.partitions != partitions:
+                raise StreamkitError(f"topic '{topic}' now has {meta.partitions} partition(s) but app "
+                                     f"{self.app.id} started with {partitions} (deleted and recreated "
+                                     "while the app ran?); keys would land on the wrong tasks")
 
     async def _process_available(self) -> bool:
         """Fetch one round of batches and run each through its task; False if there was none."""
@@ -168,11 +194,22 @@ class Worker:
             return False  # revoked while fetching: the next owner reads these from the commit
         lookup = self._task_of_partition
         processed = False
+        last_yield = time.monotonic()
         for batch in batches:
             task = lookup.get(TopicPartition(batch.topic, batch.partition))
-            if task is not None:
-                task.process(batch.topic, batch.records)
-                processed = True
+            if task is None:
+                continue
+            records = batch.records
+            for start in range(0, len(records), SLICE):
+                task.process(batch.topic, records[start:start + SLICE] if len(records) > SLICE else records)
+                if time.monotonic() - last_yield > MAX_BLOCKING:
+                    # Let the network clients run (group heartbeats, fetches): a slow
+                    # topology must not get this worker thrown out of its group.
+                    await asyncio.sleep(0)
+                    last_yield = time.monotonic()
+                    if task.id not in self.tasks:
+                        break  # revoked meanwhile
+            processed = True
         return processed
 
     # -- membership -----------------------------------------------------------------
@@ -195,6 +232,8 @@ class Worker:
                             len(self._plan_tasks), self.app.id, self._owners())
                 self._waiting_logged = True
             return False
+        if assignment.error:
+            raise StreamkitError(f"app {self.app.id}: {assignment.error}")
         started = await self._apply_assignment(assignment)
         self._suspended = False
         self._assigned_once = True
@@ -216,6 +255,8 @@ class Worker:
         for tid, task in self.tasks.items():  # kept across a rebalance: continue where they were
             self._consumer.assign(task.input_partitions, task.positions)
         for tid in new:
+            if self._membership is not None and self._membership.revocation_pending():
+                break  # the group is rebalancing again: answer it first; the rest waits
             await self._start_task(tid)
         await self._standbys.open(assignment.standby - assignment.active)
         return len(new)
@@ -249,6 +290,7 @@ class Worker:
             self.restored[tid] = await restore_task_stores(
                 tid, task.store_set, self._restore_consumer, self.transport.admin)
         self._consumer.assign(inputs, positions)
+        task.positions.update(positions)  # where to resume if the group moves it before it reads
         for tp in inputs:
             self._task_of_partition[tp] = task
         log.info("task %s started at %s", tid,
@@ -362,10 +404,15 @@ class Worker:
                 await shared.flush()
                 try:
                     await self._consumer.commit(offsets)
+                except RebalanceInProgressError as exc:
+                    log.debug("%s", exc)  # the revocation's commit carries these offsets
                 except TaskMigratedError as exc:
                     log.warning("%s", exc)
                     for tid in list(self.tasks):
                         self._close_task(tid, dirty=True)
+                except StreamkitError:
+                    self._check_topics()  # a deleted topic is the likeliest cause: say so precisely
+                    raise
         crash_point("commit.after_transaction")
         # Step 5.
         ends, self._changelog_ends = self._changelog_ends, {}

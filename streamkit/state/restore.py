@@ -20,7 +20,8 @@ from .task_stores import OpenStore, TaskStores
 log = logging.getLogger(__name__)
 
 LOG_EVERY = 5.0  # seconds between progress lines
-EMPTY_FETCHES_AT_END = 3
+FETCH_WAIT = 0.1  # s
+EMPTY_FETCHES_BELOW_END = 20
 
 
 async def restore_task_stores(task_id: str, stores: TaskStores, consumer: Consumer, admin: Admin,
@@ -70,12 +71,14 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
     last_log = time.monotonic()
     empty_fetches = 0
     try:
-        while empty_fetches < EMPTY_FETCHES_AT_END:
-            batches = await consumer.fetch(0.05)
+        while empty_fetches < EMPTY_FETCHES_BELOW_END:
+            batches = await consumer.fetch(FETCH_WAIT)
             if not batches:
                 if consumer.position(tp) >= end:
                     break  # one empty fetch at the end confirms it (some brokers under-report ends)
-                empty_fetches += 1  # only markers or aborted records remain below ``end``
+                # Below ``end`` yet nothing came: a network client still connecting, or only
+                # transaction markers and aborted records remain. Give it a bounded while.
+                empty_fetches += 1
                 continue
             empty_fetches = 0
             for batch in batches:

@@ -159,6 +159,8 @@ class TaskAssignment:
 
     active: FrozenSet[str] = frozenset()
     standby: FrozenSet[str] = frozenset()
+    error: Optional[str] = None
+    """Why the group cannot run the app as planned (e.g. a source topic was deleted)."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,8 @@ class GroupPlan:
     tasks: Mapping[str, Tuple[TopicPartition, ...]]
     """Every task of the app and the input partitions it reads (co-partitioned)."""
     standby_replicas: int = 0
+    stateful: FrozenSet[str] = frozenset()
+    """Tasks with stores: the only ones worth standby copies."""
     running: Callable[[], FrozenSet[str]] = frozenset
     """The tasks this worker runs now (kept where they are when the group rebalances)."""
     local_state: Callable[[], FrozenSet[str]] = frozenset

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import orjson
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 
-from ..base import TopicPartition
+from ..base import TaskAssignment, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -51,25 +51,20 @@ class MemberState:
         return cls(frozenset(raw.get("active", ())), frozenset(raw.get("local", ())), raw.get("plan", ""))
 
 
-@dataclass(frozen=True)
-class TaskAssignment:
-    """The tasks one member runs, and those it keeps warm standby copies of."""
+def encode_assignment(assignment: TaskAssignment) -> bytes:
+    return orjson.dumps({"v": VERSION, "active": sorted(assignment.active), "standby": sorted(assignment.standby),
+                         "error": assignment.error})
 
-    active: FrozenSet[str] = frozenset()
-    standby: FrozenSet[str] = frozenset()
 
-    def encode(self) -> bytes:
-        return orjson.dumps({"v": VERSION, "active": sorted(self.active), "standby": sorted(self.standby)})
-
-    @classmethod
-    def decode(cls, data: bytes) -> "TaskAssignment":
-        raw = orjson.loads(data) if data else {}
-        return cls(frozenset(raw.get("active", ())), frozenset(raw.get("standby", ())))
+def decode_assignment(data: bytes) -> TaskAssignment:
+    raw = orjson.loads(data) if data else {}
+    return TaskAssignment(frozenset(raw.get("active", ())), frozenset(raw.get("standby", ())), raw.get("error"))
 
 
 def assign_tasks(tasks: Sequence[str], members: Mapping[str, MemberState],
-                 standby_replicas: int = 0) -> Dict[str, TaskAssignment]:
-    """Place every task on one member, and up to ``standby_replicas`` standbys on others.
+                 standby_replicas: int = 0, stateful: Optional[Iterable[str]] = None) -> Dict[str, TaskAssignment]:
+    """Place every task on one member, and up to ``standby_replicas`` standbys of each
+    ``stateful`` task (default: all) on others.
 
     Balanced to within one task; a task stays with its previous owner while that keeps
     the balance, else goes to a member holding its state, else to the least loaded.
@@ -106,7 +101,8 @@ def assign_tasks(tasks: Sequence[str], members: Mapping[str, MemberState],
 
     standby: Dict[str, List[str]] = {m: [] for m in member_ids}
     replicas = min(standby_replicas, len(member_ids) - 1)
-    for task in tasks:
+    with_state = set(tasks if stateful is None else stateful)
+    for task in (t for t in tasks if t in with_state):
         placed: Set[str] = {owner[task]}
         for _ in range(replicas):
             candidates = [m for m in member_ids if m not in placed]
@@ -130,6 +126,7 @@ class TaskAssignor(AbstractPartitionAssignor):
     tasks: Mapping[str, Tuple[TopicPartition, ...]]
     state: Callable[[], MemberState]
     standby_replicas: int = 0
+    stateful: FrozenSet[str] = frozenset()
     received: TaskAssignment = field(default_factory=TaskAssignment)
     generation_seen: int = 0
 
@@ -153,26 +150,32 @@ class TaskAssignor(AbstractPartitionAssignor):
                 states.pop(member)
         usable = [t for t, tps in self.tasks.items() if all(_exists(cluster, tp) for tp in tps)]
         missing = sorted(set(self.tasks) - set(usable))
+        error = None
         if missing:
-            log.error("tasks %s have input partitions missing from the cluster metadata; not assigned",
-                      ", ".join(missing))
-        placed = assign_tasks(sorted(usable, key=_task_order), states, self.standby_replicas)
+            gone = sorted({f"{tp.topic}[{tp.partition}]" for t in missing for tp in self.tasks[t]
+                           if not _exists(cluster, tp)})
+            error = (f"input partitions {', '.join(gone)} are missing from the cluster (topic deleted or "
+                     f"shrunk while the app ran?): tasks {', '.join(missing)} cannot run")
+            log.error("%s", error)
+        placed = assign_tasks(sorted(usable, key=_task_order), states, self.standby_replicas, self.stateful)
         out = {}
         for member in members:
             assignment = placed.get(member, TaskAssignment())
+            if error:
+                assignment = TaskAssignment(assignment.active, assignment.standby, error)
             by_topic: Dict[str, List[int]] = {}
             for task in sorted(assignment.active, key=_task_order):
                 for tp in self.tasks[task]:
                     by_topic.setdefault(tp.topic, []).append(tp.partition)
             out[member] = ConsumerProtocolMemberAssignment(
                 VERSION, sorted((topic, sorted(parts)) for topic, parts in by_topic.items()),
-                assignment.encode())
+                encode_assignment(assignment))
         log.info("assigned %d task(s) to %d member(s)%s", len(usable), len(placed),
                  f" with {self.standby_replicas} standby replica(s)" if self.standby_replicas else "")
         return out
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:  # type: ignore[override]
-        self.received = TaskAssignment.decode(assignment.user_data)
+        self.received = decode_assignment(assignment.user_data)
         self.generation_seen += 1
 
 

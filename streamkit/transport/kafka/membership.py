@@ -17,6 +17,7 @@ from aiokafka import TopicPartition as KafkaTopicPartition
 from aiokafka.errors import (CommitFailedError, IllegalGenerationError, KafkaError, RebalanceInProgressError,
                              UnknownMemberIdError)
 
+from ...errors import RebalanceInProgressError as GroupRebalancing
 from ...errors import StreamkitError, TaskMigratedError
 from ..base import Consumer, FetchedBatch, GroupPlan, Membership, TaskAssignment, TopicPartition
 from .admin import KafkaAdmin
@@ -28,6 +29,7 @@ from .records import to_raw_records
 log = logging.getLogger(__name__)
 
 REVOKE_TIMEOUT = 60.0  # s the rebalance waits for the worker to commit revoked tasks
+COMMIT_TIMEOUT = 15.0  # s an offset commit may take before the worker gives up with an error
 MAX_RECORDS_PER_FETCH = 10_000
 _MIGRATED = (CommitFailedError, IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError)
 
@@ -88,10 +90,21 @@ class KafkaGroupConsumer(Consumer):
         if not offsets:
             return
         try:
-            await self._kafka.commit({KafkaTopicPartition(*tp): offset for tp, offset in offsets.items()})
+            await asyncio.wait_for(
+                self._kafka.commit({KafkaTopicPartition(*tp): offset for tp, offset in offsets.items()}),
+                COMMIT_TIMEOUT)
+        except asyncio.TimeoutError:
+            # aiokafka retries retriable errors forever (a deleted topic among them).
+            raise StreamkitError(f"group {self._group}: committing offsets of "
+                                 f"{', '.join(sorted(f'{tp.topic}[{tp.partition}]' for tp in offsets))} did not "
+                                 f"complete within {COMMIT_TIMEOUT:g} s") from None
         except _MIGRATED as exc:
+            cause = exc.__cause__ if isinstance(exc, CommitFailedError) and exc.__cause__ else exc
+            if isinstance(cause, RebalanceInProgressError):
+                raise GroupRebalancing(f"group {self._group} is rebalancing; offsets are committed when it "
+                                       "revokes this worker's tasks") from None
             raise TaskMigratedError(f"group {self._group} rebalanced without this worker "
-                                    f"({type(exc).__name__}): its tasks now belong to other members") from None
+                                    f"({type(cause).__name__}): its tasks now belong to other members") from None
 
     async def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
         return await committed_offsets(self._kafka, partitions)
@@ -107,7 +120,7 @@ class KafkaGroupMembership(Membership):
         self._plan = plan
         fingerprint = plan_fingerprint(plan.tasks)
         self._assignor = TaskAssignor(
-            tasks=plan.tasks, standby_replicas=plan.standby_replicas,
+            tasks=plan.tasks, standby_replicas=plan.standby_replicas, stateful=plan.stateful,
             state=lambda: MemberState(frozenset(plan.running()), frozenset(plan.local_state()), fingerprint))
         self._kafka = AIOKafkaConsumer(
             **config.consumer_kwargs(), group_id=group, enable_auto_commit=False,
@@ -117,6 +130,7 @@ class KafkaGroupMembership(Membership):
         self._started = False
         self._pending: Optional[TaskAssignment] = None
         self._revoking: Optional[asyncio.Event] = None
+        self._closing = False
         self.topics = sorted({tp.topic for tps in plan.tasks.values() for tp in tps})
 
     def consumer(self) -> Consumer:
@@ -139,7 +153,7 @@ class KafkaGroupMembership(Membership):
             self._revoking.set()
 
     async def _on_revoked(self, revoked: Set[KafkaTopicPartition]) -> None:
-        if not revoked or not self._plan.running():
+        if not revoked or not self._plan.running() or self._closing:
             return
         self._revoking = asyncio.Event()
         try:
@@ -160,6 +174,10 @@ class KafkaGroupMembership(Membership):
                  f"; standby {', '.join(sorted(self._pending.standby))}" if self._pending.standby else "")
 
     async def aclose(self) -> None:
+        # A rebalance may be waiting for the worker loop, which has ended: its tasks are
+        # committed and closed, so let the rebalance go on (else stop() would wait for it).
+        self.revocation_committed()
+        self._closing = True
         self._started = False
         await self._kafka.stop()
 
