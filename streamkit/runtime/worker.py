@@ -40,6 +40,7 @@ PROGRESS_INTERVAL = 30.0  # s between progress log lines
 SHARED = ""  # producer key of the worker-wide producer
 SLICE = 1000  # records processed between looks at the clock
 MAX_BLOCKING = 0.05  # s of processing before the event loop gets a turn
+FINAL_COMMIT_WAIT = 30.0  # s a stopping worker waits for a rebalance to take its offsets
 TOPIC_CHECK_INTERVAL = 5.0  # s between checks that the app's topics still exist as planned
 
 
@@ -77,6 +78,8 @@ class Worker:
         self._membership: Optional[Membership] = None
         self._standbys: Optional[StandbyTasks] = None
         self._changelog_ends: Dict[TopicPartition, int] = {}
+        self._commit_deferred = False
+        """The last commit's input offsets were refused by a rebalancing group."""
         self._retired_producers: List[Producer] = []
         """Producers of closed tasks, shut down at the next opportunity (closing is async)."""
 
@@ -121,7 +124,7 @@ class Worker:
             if SHARED in self._producers and self.exactly_once:
                 await self._producers[SHARED].begin_transaction()
             await self._loop()
-            await self._commit()
+            await self._final_commit()
         except BaseException:
             await self._abandon()
             raise
@@ -374,6 +377,7 @@ class Worker:
         commit) is closed dirty instead: nothing of it is committed or persisted.
         """
         assert self._consumer is not None
+        self._commit_deferred = False
         # Step 1.
         for task in self.tasks.values():
             task.store_set.flush()
@@ -388,8 +392,10 @@ class Worker:
         # Step 4.
         if self._per_task_producers:
             for tid, task in list(self.tasks.items()):
+                producer = self._producers[tid]
                 try:
-                    await self._producers[tid].commit_transaction(self.app.id, task.positions)
+                    self._changelog_ends.update(await producer.delivered())
+                    await producer.commit_transaction(self.app.id, task.positions)
                 except TaskMigratedError as exc:
                     log.warning("task %s: %s", tid, exc)
                     self._close_task(tid, dirty=True)
@@ -398,6 +404,7 @@ class Worker:
             for task in self.tasks.values():
                 offsets.update(task.positions)
             shared = self._producers[SHARED]
+            self._changelog_ends.update(await shared.delivered())
             if self.exactly_once:
                 await shared.commit_transaction(self.app.id, offsets)
             else:
@@ -406,6 +413,7 @@ class Worker:
                     await self._consumer.commit(offsets)
                 except RebalanceInProgressError as exc:
                     log.debug("%s", exc)  # the revocation's commit carries these offsets
+                    self._commit_deferred = True
                 except TaskMigratedError as exc:
                     log.warning("%s", exc)
                     for tid in list(self.tasks):
@@ -422,6 +430,24 @@ class Worker:
         if self.exactly_once:
             for producer in self._producers.values():
                 await producer.begin_transaction()
+
+    async def _final_commit(self) -> None:
+        """Commit before stopping. If the group is rebalancing and refuses the offsets,
+        wait (bounded) for the rebalance to ask for them, so a clean stop redoes nothing."""
+        await self._commit()
+        deadline = time.monotonic() + FINAL_COMMIT_WAIT
+        membership = self._membership
+        while self._commit_deferred and membership is not None and time.monotonic() < deadline:
+            if membership.revocation_pending():
+                await self._commit()
+                membership.revocation_committed()
+                if not self._commit_deferred:
+                    return
+            await asyncio.sleep(0.1)
+            await self._commit()
+        if self._commit_deferred:
+            log.warning("stopping with input offsets uncommitted: the group kept rebalancing for %.0f s; "
+                        "the next owner reprocesses them (at_least_once)", FINAL_COMMIT_WAIT)
 
     async def _abandon(self) -> None:
         """After a failure: drop uncommitted output and store writes, abort open

@@ -130,6 +130,12 @@ class Producer(abc.ABC):
         """Append each (topic, partition, records) batch (inside the open transaction, if
         transactional); return, per partition written, the offset after its last record."""
 
+    async def delivered(self) -> dict[TopicPartition, int]:
+        """Wait until the broker accepted everything sent so far; return, per partition, the
+        offset after its last record, for records whose offsets ``send`` could not return
+        yet (producers that pipeline). Delivery errors surface here."""
+        return {}
+
     @abc.abstractmethod
     async def flush(self) -> None:
         """Wait until everything sent is durable/acknowledged."""

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Dict, List, Mapping, Optional
 
 from aiokafka import AIOKafkaConsumer
@@ -17,6 +16,7 @@ from aiokafka.errors import (CommitFailedError, KafkaConnectionError, KafkaError
 from ...errors import BrokerUnavailableError, ConfigError, StreamkitError
 from ..base import Admin, PartitionOffsets, TopicMetadata, TopicPartition
 from .config import KafkaClientConfig
+from .connect import start_with_retry
 from .loop_thread import BackgroundLoop
 
 log = logging.getLogger(__name__)
@@ -44,24 +44,16 @@ class KafkaAdmin(Admin):
     async def _connect(self) -> None:
         if self._client is not None:
             return
-        deadline = time.monotonic() + self._config.connect_timeout_s
-        delay = 0.2
-        while True:
-            client = AIOKafkaAdminClient(**self._config.admin_kwargs())
+        async def start() -> None:
+            client = AIOKafkaAdminClient(**self._config.admin_kwargs())  # a fresh one per attempt
             try:
                 await client.start()
-                break
-            except KafkaConnectionError as exc:
+            except KafkaConnectionError:
                 await _quietly(client.close())
-                if time.monotonic() + delay > deadline:
-                    raise BrokerUnavailableError(
-                        f"cannot reach Kafka at {self._servers} after {self._config.connect_timeout_s:g} s "
-                        f"({exc}); check the broker URL, that the brokers are up, and the security settings"
-                    ) from None
-                log.info("Kafka at %s not reachable yet (%s); retrying", self._servers, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        self._client = client
+                raise
+            self._client = client
+        await start_with_retry(start, self._servers, self._config.connect_timeout_s, "admin")
+        assert self._client is not None
         self._offsets = AIOKafkaConsumer(**self._config.consumer_kwargs(), enable_auto_commit=False,
                                          isolation_level="read_uncommitted")
         await self._offsets.start()

@@ -11,6 +11,7 @@ from ...errors import StreamkitError
 from ..base import Consumer, FetchedBatch, TopicPartition
 from .admin import KafkaAdmin
 from .config import KafkaClientConfig
+from .connect import start_with_retry
 from .records import to_raw_records
 
 MAX_RECORDS_PER_FETCH = 10_000
@@ -24,6 +25,8 @@ class KafkaAssignedConsumer(Consumer):
                  read_committed: bool) -> None:
         self._admin = admin
         self._group = group
+        self._servers = ",".join(config.bootstrap_servers)
+        self._connect_timeout = config.connect_timeout_s
         self._kafka = AIOKafkaConsumer(
             **config.consumer_kwargs(), group_id=group, enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -54,7 +57,7 @@ class KafkaAssignedConsumer(Consumer):
 
     async def _prepare(self) -> None:
         if not self._started:
-            await self._kafka.start()
+            await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer")
             self._started = True
         if self._assignment_changed:
             self._kafka.assign([KafkaTopicPartition(*tp) for tp in self._assigned])
@@ -97,7 +100,7 @@ class KafkaAssignedConsumer(Consumer):
         if self._group is None:
             return {}
         if not self._started:
-            await self._kafka.start()
+            await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer")
             self._started = True
         return await committed_offsets(self._kafka, partitions)
 

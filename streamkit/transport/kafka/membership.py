@@ -23,6 +23,7 @@ from ..base import Consumer, FetchedBatch, GroupPlan, Membership, TaskAssignment
 from .admin import KafkaAdmin
 from .assignor import MemberState, TaskAssignor, plan_fingerprint
 from .config import KafkaClientConfig
+from .connect import start_with_retry
 from .consumer import committed_offsets
 from .records import to_raw_records
 
@@ -118,6 +119,8 @@ class KafkaGroupMembership(Membership):
     def __init__(self, config: KafkaClientConfig, admin: KafkaAdmin, group: str, plan: GroupPlan) -> None:
         self._group = group
         self._plan = plan
+        self._servers = ",".join(config.bootstrap_servers)
+        self._connect_timeout = config.connect_timeout_s
         fingerprint = plan_fingerprint(plan.tasks)
         self._assignor = TaskAssignor(
             tasks=plan.tasks, standby_replicas=plan.standby_replicas, stateful=plan.stateful,
@@ -138,7 +141,7 @@ class KafkaGroupMembership(Membership):
 
     async def poll(self) -> Optional[TaskAssignment]:
         if not self._started:
-            await self._kafka.start()
+            await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "group member")
             self._kafka.subscribe(self.topics, listener=_Listener(self))
             self._started = True
             log.info("joining group %s (topics %s)", self._group, ", ".join(self.topics))

@@ -13,6 +13,7 @@ from aiokafka.errors import (InvalidProducerEpoch, KafkaError, ProducerFenced, U
 from ...errors import StreamkitError, TaskMigratedError
 from ..base import OutgoingRecord, Producer, TopicPartition
 from .config import KafkaClientConfig
+from .connect import start_with_retry
 from .consumer import stop_soon
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,12 @@ class KafkaProducer(Producer):
             kwargs["enable_idempotence"] = True
         self._kafka = AIOKafkaProducer(**kwargs)
         self._servers = ",".join(config.bootstrap_servers)
+        self._connect_timeout = config.connect_timeout_s
         self.transactional_id = transactional_id
         self._started = False
         self._in_transaction = False
+        self._pending: List[Tuple[str, int, int, asyncio.Future]] = []
+        """Batches handed to aiokafka whose acks are not awaited yet."""
 
     async def start(self) -> None:
         """Connect; with a transactional id, fence older producers of that id (InitProducerId)
@@ -43,7 +47,8 @@ class KafkaProducer(Producer):
         if self._started:
             return
         try:
-            await self._kafka.start()
+            await start_with_retry(self._kafka.start, self._servers, self._connect_timeout,
+                                   f"producer {self.transactional_id or ''}".rstrip())
         except UnknownError as exc:
             if self.transactional_id is None:
                 raise
@@ -54,16 +59,19 @@ class KafkaProducer(Producer):
         self._started = True
 
     async def send(self, batches: Sequence[Tuple[str, int, Sequence[OutgoingRecord]]]) -> Dict[TopicPartition, int]:
+        """Hand the batches to aiokafka without waiting for the broker's acks (they are awaited
+        in :meth:`delivered`, before the commit): the worker goes on processing meanwhile."""
         await self.start()
         if self.transactional_id is not None and not self._in_transaction:
             raise RuntimeError("transactional producer: call begin_transaction() before send()")
-        pending: List[Tuple[str, int, int, asyncio.Future]] = []
         kafka = self._kafka
+        pending = self._pending
         try:
             for topic, partition, records in batches:
                 builder = kafka.create_batch()
                 for key, value, timestamp, headers in records:
-                    if builder.append(key=key, value=value, timestamp=timestamp, headers=list(headers) if headers else _NO_HEADERS) is None:
+                    if builder.append(key=key, value=value, timestamp=timestamp,
+                                      headers=list(headers) if headers else _NO_HEADERS) is None:
                         pending.append((topic, partition, builder.record_count(),
                                         await kafka.send_batch(builder, topic, partition=partition)))
                         builder = kafka.create_batch()
@@ -72,21 +80,34 @@ class KafkaProducer(Producer):
                 if builder.record_count():
                     pending.append((topic, partition, builder.record_count(),
                                     await kafka.send_batch(builder, topic, partition=partition)))
-            ends: Dict[TopicPartition, int] = {}
+        except KafkaError as exc:
+            raise self._failure(exc, batches) from None
+        return {}
+
+    async def delivered(self) -> Dict[TopicPartition, int]:
+        pending, self._pending = self._pending, []
+        ends: Dict[TopicPartition, int] = {}
+        try:
             for topic, partition, count, future in pending:
                 metadata = await future
                 ends[TopicPartition(topic, partition)] = metadata.offset + count
-            return ends
-        except _FENCED as exc:
-            raise self._fenced(exc) from None
-        except UnknownTopicOrPartitionError as exc:
-            raise StreamkitError(f"producing to {_where(pending, batches)} on {self._servers} failed: the topic "
-                                 f"does not exist (deleted while the worker ran?): {exc}") from None
         except KafkaError as exc:
-            raise StreamkitError(f"producing to {_where(pending, batches)} on {self._servers} failed: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+            for *_, future in pending:
+                future.cancel()
+            raise self._failure(exc, pending) from None
+        return ends
+
+    def _failure(self, exc: KafkaError, batches) -> Exception:
+        if isinstance(exc, _FENCED):
+            return self._fenced(exc)
+        where = _where(batches)
+        if isinstance(exc, UnknownTopicOrPartitionError):
+            return StreamkitError(f"producing to {where} on {self._servers} failed: the topic does not exist "
+                                  f"(deleted while the worker ran?): {exc}")
+        return StreamkitError(f"producing to {where} on {self._servers} failed: {type(exc).__name__}: {exc}")
 
     async def flush(self) -> None:
+        await self.delivered()
         if self._started:
             await self._kafka.flush()
 
@@ -98,6 +119,7 @@ class KafkaProducer(Producer):
         self._in_transaction = True
 
     async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        await self.delivered()
         try:
             if offsets:
                 await self._kafka.send_offsets_to_transaction(
@@ -109,6 +131,9 @@ class KafkaProducer(Producer):
             self._in_transaction = False
 
     async def abort_transaction(self) -> None:
+        for *_, future in self._pending:
+            future.cancel()
+        self._pending = []
         if self._in_transaction:
             self._in_transaction = False
             try:
@@ -131,7 +156,7 @@ class KafkaProducer(Producer):
         self._started = False
 
 
-def _where(pending, batches) -> str:
+def _where(batches) -> str:
     partitions = sorted({(topic, partition) for topic, partition, *_ in batches})
     return ", ".join(f"{topic}[{partition}]" for topic, partition in partitions[:5]) + \
         (" ..." if len(partitions) > 5 else "")
