@@ -1,0 +1,428 @@
+"""Window definitions and their arithmetic: which windows a record belongs to, when
+a window closes and how long a store keeps it. Pure code: no I/O, no state.
+
+All times are integer milliseconds since the epoch. Every window starts at or after
+0: records need timestamps ``>= 0`` (the helpers raise ``ValueError`` otherwise).
+
+=============  ======================  ==========================================
+window         bounds                  closes when stream time reaches
+=============  ======================  ==========================================
+tumbling       ``[start, end)``        ``end + grace``
+hopping        ``[start, end)``        ``end + grace``
+sliding        ``[start, end]``        ``end + 1 + grace``
+session        ``[start, end]``        ``end + 1 + grace``
+=============  ======================  ==========================================
+
+The closing rule is ARCHITECTURE.md's "``[start, end)`` closes when stream time >=
+end + grace"; a window with an inclusive end ``[start, end]`` is the half-open
+``[start, end + 1)``, hence the ``+ 1`` (the same instants as Kafka Streams).
+
+>>> from datetime import timedelta
+>>> TumblingWindows(timedelta(minutes=1)).windows_for(90_000)
+[(60000, 120000)]
+>>> HoppingWindows(timedelta(minutes=1), advance=timedelta(seconds=30)).windows_for(90_000)
+[(60000, 120000), (90000, 150000)]
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import ClassVar, Iterable, List, Sequence, Set, Tuple, Union
+
+from ..errors import ConfigError
+
+__all__ = [
+    "TumblingWindows", "HoppingWindows", "SlidingWindows", "SessionWindows",
+    "SlidingWindowUpdate", "SessionMerge", "Windows",
+]
+
+Window = Tuple[int, int]
+"""A window as ``(start_ms, end_ms)``; whether ``end`` is inclusive depends on the type."""
+
+_ONE_MS = timedelta(milliseconds=1)
+
+
+def _to_ms(owner: str, name: str, value: object, *, positive: bool) -> int:
+    """``value`` (a timedelta) in whole milliseconds, or a ConfigError saying how to fix it."""
+    if not isinstance(value, timedelta):
+        hint = (f"; write {name}=timedelta(milliseconds={value})"
+                if isinstance(value, int) and not isinstance(value, bool) else "")
+        raise ConfigError(
+            f"{owner} {name} must be a datetime.timedelta, got {type(value).__name__} ({value!r}){hint}")
+    if value % _ONE_MS:
+        raise ConfigError(
+            f"{owner} {name} ({value}) has sub-millisecond precision: windows work in whole "
+            "milliseconds, round it to a multiple of timedelta(milliseconds=1)")
+    ms = value // _ONE_MS
+    if positive and ms <= 0:
+        raise ConfigError(f"{owner} {name} must be positive, got {value}: use at least 1 ms")
+    if ms < 0:
+        raise ConfigError(
+            f"{owner} {name} must not be negative, got {value}: use timedelta(0) to accept no late records")
+    return ms
+
+
+def _check_timestamp(timestamp_ms: int) -> None:
+    if timestamp_ms < 0:
+        raise ValueError(
+            f"timestamp {timestamp_ms} is negative: windows need event times >= 0 ms since the epoch; "
+            "fix the timestamp extractor or filter such records out before windowing")
+
+
+class _Windows:
+    """Shared by every window type: grace, the closing rule."""
+
+    _end_inclusive: ClassVar[bool] = False
+    _grace_ms: int
+
+    @property
+    def grace_ms(self) -> int:
+        """How long after a window's end it still accepts out-of-order records, in ms."""
+        return self._grace_ms
+
+    def is_closed(self, window_end_ms: int, stream_time_ms: int) -> bool:
+        """Whether the window ending at ``window_end_ms`` is closed at ``stream_time_ms``.
+
+        ``window_end_ms`` is the end as carried by ``Windowed.end``: exclusive for
+        tumbling/hopping windows (closed once stream time >= end + grace), inclusive
+        for sliding/session windows (closed once stream time >= end + 1 + grace).
+        A record for a closed window is late.
+        """
+        exclusive_end = window_end_ms + 1 if self._end_inclusive else window_end_ms
+        return stream_time_ms >= exclusive_end + self._grace_ms
+
+
+def _aligned_windows(timestamp_ms: int, size_ms: int, advance_ms: int) -> List[Window]:
+    _check_timestamp(timestamp_ms)
+    # The earliest window holding t starts after t - size; starts are multiples of advance.
+    first = max(0, timestamp_ms - size_ms + advance_ms)
+    start = first - first % advance_ms
+    windows = []
+    while start <= timestamp_ms:
+        windows.append((start, start + size_ms))
+        start += advance_ms
+    return windows
+
+
+@dataclass(frozen=True)
+class TumblingWindows(_Windows):
+    """Fixed-size, non-overlapping windows ``[start, start + size)`` aligned to the epoch.
+
+    Each record falls in exactly one window, the one with ``start = t - t % size``.
+
+    >>> from datetime import timedelta
+    >>> w = TumblingWindows(timedelta(seconds=10), grace=timedelta(seconds=2))
+    >>> w.windows_for(10_000), w.is_closed(20_000, 21_999), w.is_closed(20_000, 22_000)
+    ([(10000, 20000)], False, True)
+    """
+
+    size: timedelta
+    grace: timedelta = timedelta(0)
+    _size_ms: int = field(init=False, repr=False, compare=False)
+    _grace_ms: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_size_ms", _to_ms("TumblingWindows", "size", self.size, positive=True))
+        object.__setattr__(self, "_grace_ms", _to_ms("TumblingWindows", "grace", self.grace, positive=False))
+
+    @property
+    def size_ms(self) -> int:
+        """``end - start`` of every window, in ms."""
+        return self._size_ms
+
+    @property
+    def advance_ms(self) -> int:
+        """The distance between consecutive window starts: the size."""
+        return self._size_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """A window store must keep every window with ``start >= stream time - retention_ms``.
+
+        ``size + grace``: a window is kept until it closes.
+        """
+        return self._size_ms + self._grace_ms
+
+    def windows_for(self, timestamp_ms: int) -> List[Window]:
+        """The one window ``(start, end)`` (end exclusive) holding ``timestamp_ms``."""
+        return _aligned_windows(timestamp_ms, self._size_ms, self._size_ms)
+
+
+@dataclass(frozen=True)
+class HoppingWindows(_Windows):
+    """Fixed-size windows ``[start, start + size)`` whose starts are ``advance`` apart.
+
+    Starts are the multiples of ``advance`` (aligned to the epoch), so a record at
+    ``t`` falls in every window with ``start <= t < start + size``: ``size / advance``
+    windows when ``advance`` divides ``size``. Windows that would start before 0 do
+    not exist, so records earlier than ``size - advance`` fall in fewer windows.
+    ``advance == size`` is a tumbling window.
+
+    >>> from datetime import timedelta
+    >>> w = HoppingWindows(timedelta(seconds=10), advance=timedelta(seconds=5))
+    >>> w.windows_for(3_000), w.windows_for(12_000)
+    ([(0, 10000)], [(5000, 15000), (10000, 20000)])
+    """
+
+    size: timedelta
+    advance: timedelta
+    grace: timedelta = timedelta(0)
+    _size_ms: int = field(init=False, repr=False, compare=False)
+    _advance_ms: int = field(init=False, repr=False, compare=False)
+    _grace_ms: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        size_ms = _to_ms("HoppingWindows", "size", self.size, positive=True)
+        advance_ms = _to_ms("HoppingWindows", "advance", self.advance, positive=True)
+        if advance_ms > size_ms:
+            raise ConfigError(
+                f"HoppingWindows advance ({self.advance}) must not exceed size ({self.size}): records "
+                "between two windows would fall in none; use advance <= size "
+                "(advance == size is TumblingWindows(size))")
+        object.__setattr__(self, "_size_ms", size_ms)
+        object.__setattr__(self, "_advance_ms", advance_ms)
+        object.__setattr__(self, "_grace_ms", _to_ms("HoppingWindows", "grace", self.grace, positive=False))
+
+    @property
+    def size_ms(self) -> int:
+        """``end - start`` of every window, in ms."""
+        return self._size_ms
+
+    @property
+    def advance_ms(self) -> int:
+        """The distance between consecutive window starts, in ms."""
+        return self._advance_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """A window store must keep every window with ``start >= stream time - retention_ms``.
+
+        ``size + grace``: a window is kept until it closes.
+        """
+        return self._size_ms + self._grace_ms
+
+    def windows_for(self, timestamp_ms: int) -> List[Window]:
+        """Every window ``(start, end)`` (end exclusive) holding ``timestamp_ms``, by start."""
+        return _aligned_windows(timestamp_ms, self._size_ms, self._advance_ms)
+
+
+@dataclass(frozen=True)
+class SlidingWindowUpdate:
+    """One window a new record touches (see :meth:`SlidingWindows.updates_for`).
+
+    ``created``: the window did not exist before this record; its initial content is
+    every earlier record in ``[start, end]``. ``includes_record``: the new record
+    belongs to it (false only for the new record's own right window, which holds the
+    later records within the time difference).
+    """
+
+    start: int
+    end: int
+    created: bool
+    includes_record: bool
+
+    @property
+    def window(self) -> Window:
+        return (self.start, self.end)
+
+
+def _left_window(timestamp_ms: int, difference_ms: int) -> Window:
+    # Windows never start before 0: as in Kafka Streams, every record earlier than the
+    # time difference shares the window [0, difference] instead of [t - difference, t].
+    if timestamp_ms < difference_ms:
+        return (0, difference_ms)
+    return (timestamp_ms - difference_ms, timestamp_ms)
+
+
+def _sliding_windows(timestamps: Sequence[int], difference_ms: int) -> Set[Window]:
+    """Every window that ``timestamps`` (sorted) define: the left window of each record,
+    and the right window of each record with a later record within the difference."""
+    windows = {_left_window(t, difference_ms) for t in timestamps}
+    previous = None
+    for t in timestamps:
+        if previous is not None and previous < t <= previous + difference_ms:
+            windows.add((previous + 1, previous + 1 + difference_ms))
+        previous = t
+    return windows
+
+
+@dataclass(frozen=True)
+class SlidingWindows(_Windows):
+    """Kafka Streams' sliding windows (KIP-450): windows defined by the records.
+
+    A window is ``[start, end]`` with **both ends inclusive** and ``end - start ==
+    time_difference``, so two records share a window iff their timestamps differ by
+    at most ``time_difference``. For each record at ``t`` there is its left window
+    ``[t - time_difference, t]`` and, when some record lies in ``(t, t + time_difference]``,
+    its right window ``[t + 1, t + 1 + time_difference]``. There are no empty
+    windows, and no windows starting before 0: records earlier than
+    ``time_difference`` share the left window ``[0, time_difference]`` (Kafka's rule).
+
+    A window closes when stream time >= ``end + 1 + grace``. A record is late (all
+    its windows are closed) iff ``is_closed(t + time_difference, stream_time)``.
+
+    >>> from datetime import timedelta
+    >>> w = SlidingWindows(timedelta(seconds=10))
+    >>> [u.window for u in w.updates_for([20_000], 25_000)]
+    [(15000, 25000), (20001, 30001)]
+    """
+
+    time_difference: timedelta
+    grace: timedelta = timedelta(0)
+    _difference_ms: int = field(init=False, repr=False, compare=False)
+    _grace_ms: int = field(init=False, repr=False, compare=False)
+
+    _end_inclusive: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_difference_ms",
+                           _to_ms("SlidingWindows", "time_difference", self.time_difference, positive=True))
+        object.__setattr__(self, "_grace_ms", _to_ms("SlidingWindows", "grace", self.grace, positive=False))
+
+    @property
+    def time_difference_ms(self) -> int:
+        return self._difference_ms
+
+    @property
+    def size_ms(self) -> int:
+        """``end - start`` of every window: the time difference (a window spans one ms more)."""
+        return self._difference_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """A window store must keep every window with ``start >= stream time - retention_ms``.
+
+        ``2 * time_difference + grace`` (Kafka's minimum): creating a new record's
+        windows reads windows starting up to two time differences before it.
+        """
+        return 2 * self._difference_ms + self._grace_ms
+
+    def updates_for(self, seen_ms: Sequence[int], timestamp_ms: int) -> List[SlidingWindowUpdate]:
+        """The windows to create or update when a record at ``timestamp_ms`` arrives.
+
+        ``seen_ms``: the sorted timestamps of the key's earlier records (duplicates
+        allowed). Only those in ``[t - time_difference - 1, t + time_difference + 1]``
+        matter; others are ignored, so passing more is fine. Returned by start:
+
+        1. the new record's left window, created unless it exists;
+        2. its right window, created if some record lies in ``(t, t + time_difference]``
+           and it does not exist yet (it does not include the new record);
+        3. the previous record's right window, created if it did not exist and the
+           new record falls in it;
+        4. every existing window holding ``t``, updated.
+
+        Closed windows are included: skip those for which ``is_closed`` holds.
+        """
+        _check_timestamp(timestamp_ms)
+        difference = self._difference_ms
+        low = bisect_left(seen_ms, timestamp_ms - difference - 1)
+        high = bisect_right(seen_ms, timestamp_ms + difference + 1)
+        near = list(seen_ms[low:high])
+        if any(a > b for a, b in zip(near, near[1:])):
+            raise ValueError("updates_for(): seen_ms must be sorted in ascending order")
+        if near and near[0] < 0:
+            raise ValueError(f"updates_for(): seen_ms holds a negative timestamp ({near[0]})")
+        before = _sliding_windows(near, difference)
+        near.insert(bisect_right(near, timestamp_ms), timestamp_ms)
+        after = _sliding_windows(near, difference)
+        return [
+            SlidingWindowUpdate(start, end, created=(start, end) not in before,
+                                includes_record=start <= timestamp_ms <= end)
+            for start, end in sorted(after)
+            if start <= timestamp_ms <= end or (start, end) not in before
+        ]
+
+
+@dataclass(frozen=True)
+class SessionMerge:
+    """The result of :meth:`SessionWindows.merge`: the session ``[start, end]``
+    (inclusive) that now holds the new record.
+
+    ``replaced``: every existing session folded into it, by start; their aggregates
+    combine into the new session's. ``removed`` lists those whose bounds changed
+    (delete them and forward a tombstone); one equal to ``(start, end)`` is updated
+    in place.
+    """
+
+    start: int
+    end: int
+    replaced: Tuple[Window, ...]
+
+    @property
+    def window(self) -> Window:
+        return (self.start, self.end)
+
+    @property
+    def removed(self) -> Tuple[Window, ...]:
+        return tuple(s for s in self.replaced if s != (self.start, self.end))
+
+
+@dataclass(frozen=True)
+class SessionWindows(_Windows):
+    """Sessions: periods of activity of a key separated by gaps longer than ``inactivity_gap``.
+
+    A session is ``[first record, last record]`` with **both ends inclusive**. A
+    record at ``t`` merges every session overlapping ``[t - gap, t + gap]`` (ending
+    at or after ``t - gap`` and starting at or before ``t + gap``) into one with
+    itself. A session closes when stream time >= ``end + 1 + grace``.
+
+    >>> from datetime import timedelta
+    >>> SessionWindows(timedelta(seconds=5)).merge([(0, 1_000), (8_000, 9_000)], 4_000).window
+    (0, 9000)
+    """
+
+    inactivity_gap: timedelta
+    grace: timedelta = timedelta(0)
+    _gap_ms: int = field(init=False, repr=False, compare=False)
+    _grace_ms: int = field(init=False, repr=False, compare=False)
+
+    _end_inclusive: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_gap_ms",
+                           _to_ms("SessionWindows", "inactivity_gap", self.inactivity_gap, positive=True))
+        object.__setattr__(self, "_grace_ms", _to_ms("SessionWindows", "grace", self.grace, positive=False))
+
+    @property
+    def inactivity_gap_ms(self) -> int:
+        return self._gap_ms
+
+    @property
+    def size_ms(self) -> int:
+        """Sessions have no fixed size: this is the inactivity gap, the time by which
+        one record can extend a session (and what retention adds to grace)."""
+        return self._gap_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """A session store must keep every session with ``end >= stream time - retention_ms``.
+
+        ``inactivity_gap + grace`` (Kafka's minimum), measured from a session's end.
+        """
+        return self._gap_ms + self._grace_ms
+
+    def merge(self, sessions: Iterable[Window], timestamp_ms: int) -> SessionMerge:
+        """Merge a record at ``timestamp_ms`` with the key's existing ``sessions``.
+
+        ``sessions``: ``(start, end)`` pairs, inclusive. Those overlapping
+        ``[t - gap, t + gap]`` merge with the record; others are ignored, so passing
+        more is fine. With none, the record starts a session ``[t, t]``.
+        """
+        _check_timestamp(timestamp_ms)
+        gap = self._gap_ms
+        start = end = timestamp_ms
+        replaced = []
+        for session in sessions:
+            s_start, s_end = session
+            if not 0 <= s_start <= s_end:
+                raise ValueError(f"merge(): session {session!r} is not (start, end) with 0 <= start <= end")
+            if s_end >= timestamp_ms - gap and s_start <= timestamp_ms + gap:
+                replaced.append((s_start, s_end))
+                start = min(start, s_start)
+                end = max(end, s_end)
+        return SessionMerge(start, end, tuple(sorted(replaced)))
+
+
+Windows = Union[TumblingWindows, HoppingWindows, SlidingWindows, SessionWindows]
+"""Any window definition."""

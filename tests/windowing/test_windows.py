@@ -1,0 +1,402 @@
+"""Window definitions: validation, assignment, the closing rule, sliding updates, session merges."""
+from __future__ import annotations
+
+import dataclasses
+import doctest
+import random
+from datetime import timedelta
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+from streamkit.errors import ConfigError
+from streamkit.windowing import (HoppingWindows, SessionMerge, SessionWindows, SlidingWindows,
+                                 SlidingWindowUpdate, TumblingWindows)
+from streamkit.windowing import windowed as windowed_module
+from streamkit.windowing import windows as windows_module
+
+MS = timedelta(milliseconds=1)
+SEC = timedelta(seconds=1)
+
+
+def ms(n: int) -> timedelta:
+    return n * MS
+
+
+# --- validation -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make, fragments", [
+    (lambda: TumblingWindows(60_000), ["TumblingWindows size", "timedelta", "timedelta(milliseconds=60000)"]),
+    (lambda: TumblingWindows(timedelta(0)), ["TumblingWindows size must be positive", "at least 1 ms"]),
+    (lambda: TumblingWindows(-SEC), ["TumblingWindows size must be positive"]),
+    (lambda: TumblingWindows(SEC, grace=-MS), ["TumblingWindows grace must not be negative", "timedelta(0)"]),
+    (lambda: TumblingWindows(timedelta(microseconds=1500)), ["sub-millisecond", "whole milliseconds"]),
+    (lambda: TumblingWindows(SEC, grace=1.5), ["TumblingWindows grace", "got float"]),
+    (lambda: HoppingWindows(5 * SEC, advance=10 * SEC), ["advance (0:00:10) must not exceed size (0:00:05)",
+                                                         "advance <= size"]),
+    (lambda: HoppingWindows(5 * SEC, advance=timedelta(0)), ["HoppingWindows advance must be positive"]),
+    (lambda: HoppingWindows(timedelta(0), advance=SEC), ["HoppingWindows size must be positive"]),
+    (lambda: HoppingWindows(SEC, advance=SEC, grace=-SEC), ["HoppingWindows grace must not be negative"]),
+    (lambda: HoppingWindows(SEC, advance=timedelta(microseconds=1)), ["HoppingWindows advance", "sub-millisecond"]),
+    (lambda: SlidingWindows(timedelta(0)), ["SlidingWindows time_difference must be positive"]),
+    (lambda: SlidingWindows(SEC, grace=-SEC), ["SlidingWindows grace must not be negative"]),
+    (lambda: SlidingWindows(10), ["SlidingWindows time_difference", "timedelta(milliseconds=10)"]),
+    (lambda: SessionWindows(timedelta(0)), ["SessionWindows inactivity_gap must be positive"]),
+    (lambda: SessionWindows(SEC, grace=-MS), ["SessionWindows grace must not be negative"]),
+    (lambda: SessionWindows("5s"), ["SessionWindows inactivity_gap must be a datetime.timedelta", "got str"]),
+])
+def test_invalid_definitions_raise_config_error_with_a_fix(make, fragments):
+    with pytest.raises(ConfigError) as info:
+        make()
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_boundary_definitions_are_valid():
+    assert HoppingWindows(SEC, advance=SEC).advance_ms == 1000      # advance == size: tumbling
+    assert TumblingWindows(MS).size_ms == 1                         # smallest size
+    assert TumblingWindows(SEC, grace=timedelta(0)).grace_ms == 0
+    assert SlidingWindows(MS).time_difference_ms == 1
+    assert SessionWindows(MS).inactivity_gap_ms == 1
+
+
+@pytest.mark.parametrize("windows, size, grace, retention", [
+    (TumblingWindows(timedelta(minutes=1)), 60_000, 0, 60_000),
+    (TumblingWindows(timedelta(minutes=1), grace=10 * SEC), 60_000, 10_000, 70_000),
+    (HoppingWindows(timedelta(minutes=1), advance=10 * SEC, grace=5 * SEC), 60_000, 5_000, 65_000),
+    (SlidingWindows(10 * SEC, grace=3 * SEC), 10_000, 3_000, 23_000),
+    (SessionWindows(timedelta(minutes=5), grace=SEC), 300_000, 1_000, 301_000),
+])
+def test_millisecond_properties(windows, size, grace, retention):
+    assert (windows.size_ms, windows.grace_ms, windows.retention_ms) == (size, grace, retention)
+    assert windows.retention_ms >= windows.size_ms + windows.grace_ms
+
+
+def test_advance_and_difference_properties():
+    assert TumblingWindows(7 * SEC).advance_ms == 7_000
+    assert HoppingWindows(10 * SEC, advance=2 * SEC).advance_ms == 2_000
+    assert SlidingWindows(ms(250)).time_difference_ms == 250
+    assert SessionWindows(ms(900)).inactivity_gap_ms == 900
+
+
+def test_definitions_are_frozen_hashable_values():
+    a = HoppingWindows(10 * SEC, advance=5 * SEC)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.size = SEC  # type: ignore[misc]
+    assert a == HoppingWindows(timedelta(milliseconds=10_000), advance=timedelta(milliseconds=5_000))
+    assert a != HoppingWindows(10 * SEC, advance=5 * SEC, grace=SEC)
+    assert len({a, HoppingWindows(10 * SEC, advance=5 * SEC), TumblingWindows(10 * SEC)}) == 2
+    assert repr(TumblingWindows(SEC)) == "TumblingWindows(size=datetime.timedelta(seconds=1), " \
+                                         "grace=datetime.timedelta(0))"
+
+
+# --- tumbling and hopping assignment ----------------------------------------------------------
+
+@pytest.mark.parametrize("timestamp, expected", [
+    (0, [(0, 10_000)]),
+    (1, [(0, 10_000)]),
+    (9_999, [(0, 10_000)]),          # just before a boundary
+    (10_000, [(10_000, 20_000)]),    # on a boundary: the window starting there
+    (10_001, [(10_000, 20_000)]),
+    (1_700_000_003_456, [(1_700_000_000_000, 1_700_000_010_000)]),
+])
+def test_tumbling_windows_for(timestamp, expected):
+    assert TumblingWindows(10 * SEC).windows_for(timestamp) == expected
+
+
+@pytest.mark.parametrize("timestamp, expected", [
+    (0, [(0, 10_000)]),
+    (4_999, [(0, 10_000)]),
+    (5_000, [(0, 10_000), (5_000, 15_000)]),
+    (9_999, [(0, 10_000), (5_000, 15_000)]),
+    (10_000, [(5_000, 15_000), (10_000, 20_000)]),
+    (14_999, [(5_000, 15_000), (10_000, 20_000)]),
+])
+def test_hopping_windows_for_at_boundaries(timestamp, expected):
+    assert HoppingWindows(10 * SEC, advance=5 * SEC).windows_for(timestamp) == expected
+
+
+def test_hopping_excludes_windows_that_would_start_before_zero():
+    windows = HoppingWindows(ms(10), advance=ms(2))
+    # Starts -6, -4 and -2 would hold t=3 too, but windows start at 0 or later.
+    assert windows.windows_for(3) == [(0, 10), (2, 12)]
+    assert windows.windows_for(0) == [(0, 10)]
+    assert len(windows.windows_for(8)) == 5
+
+
+def _brute_force_hopping(timestamp: int, size: int, advance: int) -> List[Tuple[int, int]]:
+    return [(s, s + size) for s in range(0, timestamp + 1, advance) if s <= timestamp < s + size]
+
+
+@pytest.mark.parametrize("size, advance", [(10, 10), (10, 5), (10, 2), (10, 1), (12, 4), (10, 3), (7, 5)])
+def test_hopping_matches_brute_force(size, advance):
+    windows = HoppingWindows(ms(size), advance=ms(advance))
+    for timestamp in range(0, 4 * size):
+        result = windows.windows_for(timestamp)
+        assert result == _brute_force_hopping(timestamp, size, advance), timestamp
+        assert all(start % advance == 0 and start <= timestamp < end for start, end in result)
+
+
+@pytest.mark.parametrize("size, advance", [(10, 10), (10, 5), (10, 2), (60_000, 15_000), (12, 4)])
+def test_hopping_count_is_size_over_advance_once_past_the_first_window(size, advance):
+    windows = HoppingWindows(ms(size), advance=ms(advance))
+    for timestamp in list(range(size - advance, 3 * size)) + [10**12 + 7]:
+        assert len(windows.windows_for(timestamp)) == size // advance, timestamp
+
+
+def test_hopping_with_advance_equal_to_size_is_tumbling():
+    hopping, tumbling = HoppingWindows(ms(100), advance=ms(100)), TumblingWindows(ms(100))
+    assert all(hopping.windows_for(t) == tumbling.windows_for(t) for t in range(0, 1_000, 7))
+
+
+@pytest.mark.parametrize("windows", [TumblingWindows(SEC), HoppingWindows(SEC, advance=ms(500))])
+def test_negative_timestamps_are_rejected(windows):
+    with pytest.raises(ValueError, match="timestamp -1 is negative"):
+        windows.windows_for(-1)
+
+
+# --- the closing rule -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("windows", [
+    TumblingWindows(10 * SEC, grace=2 * SEC), HoppingWindows(10 * SEC, advance=5 * SEC, grace=2 * SEC)])
+def test_exclusive_end_windows_close_at_end_plus_grace(windows):
+    end = 20_000
+    assert not windows.is_closed(end, 0)
+    assert not windows.is_closed(end, end)
+    assert not windows.is_closed(end, end + 2_000 - 1)
+    assert windows.is_closed(end, end + 2_000)
+    assert windows.is_closed(end, end + 2_001)
+
+
+def test_zero_grace_closes_exactly_at_the_exclusive_end():
+    windows = TumblingWindows(10 * SEC)
+    assert not windows.is_closed(10_000, 9_999)
+    assert windows.is_closed(10_000, 10_000)
+
+
+@pytest.mark.parametrize("windows", [SlidingWindows(10 * SEC, grace=2 * SEC), SessionWindows(10 * SEC, grace=2 * SEC)])
+def test_inclusive_end_windows_close_one_ms_later(windows):
+    end = 20_000  # inclusive: the window is [start, 20_001)
+    assert not windows.is_closed(end, end + 2_000)
+    assert windows.is_closed(end, end + 2_000 + 1)
+
+
+def test_inclusive_end_with_zero_grace_stays_open_at_its_end():
+    assert not SessionWindows(SEC).is_closed(5_000, 5_000)   # a record at 5_000 still belongs in it
+    assert SessionWindows(SEC).is_closed(5_000, 5_001)
+    assert not SlidingWindows(SEC).is_closed(5_000, 5_000)
+    assert SlidingWindows(SEC).is_closed(5_000, 5_001)
+
+
+# --- sliding windows --------------------------------------------------------------------------
+
+D = 10  # time difference in the sliding tests, in ms
+SLIDING = SlidingWindows(ms(D))
+
+
+def updates(seen: List[int], timestamp: int, windows: SlidingWindows = SLIDING) -> List[Tuple[int, int, str]]:
+    """``(start, end, flags)``: flags has "c" when created and "i" when it includes the record."""
+    return [(u.start, u.end, ("c" if u.created else "") + ("i" if u.includes_record else ""))
+            for u in windows.updates_for(seen, timestamp)]
+
+
+@pytest.mark.parametrize("seen, timestamp, expected", [
+    # the first record: its left window only
+    ([], 20, [(10, 20, "ci")]),
+    # in order, within the difference: new left window, and the previous record's right window
+    ([20], 25, [(15, 25, "ci"), (21, 31, "ci")]),
+    # exactly the difference apart: still one window together
+    ([20], 30, [(20, 30, "ci"), (21, 31, "ci")]),
+    # one ms more: no common window; [21, 31] is only the new left window
+    ([20], 31, [(21, 31, "ci")]),
+    # out of order, inside existing windows: update them, create the left and right windows
+    ([20, 25], 22, [(12, 22, "ci"), (15, 25, "i"), (21, 31, "i"), (23, 33, "c")]),
+    # out of order, before everything: the right window already exists as a later left window
+    ([25, 31], 20, [(10, 20, "ci"), (15, 25, "i")]),
+    # out of order, the previous record's right window must be created now
+    ([20, 32], 25, [(15, 25, "ci"), (21, 31, "ci"), (22, 32, "i"), (26, 36, "c")]),
+    # ... unless it already exists as the left window of a later record
+    ([20, 31], 25, [(15, 25, "ci"), (21, 31, "i"), (26, 36, "c")]),
+    # duplicate of the latest timestamp: only updates, nothing new
+    ([20, 25], 25, [(15, 25, "i"), (21, 31, "i")]),
+    # duplicate of an earlier timestamp: its right window exists and does not hold it
+    ([20, 25], 20, [(10, 20, "i"), (15, 25, "i")]),
+    ([20, 20, 25, 25], 25, [(15, 25, "i"), (21, 31, "i")]),
+])
+def test_sliding_updates(seen, timestamp, expected):
+    assert updates(seen, timestamp) == expected
+
+
+@pytest.mark.parametrize("seen, timestamp, expected", [
+    ([], 3, [(0, 10, "ci")]),                                        # early: [0, D] not [-7, 3]
+    ([], 0, [(0, 10, "ci")]),
+    ([3], 7, [(0, 10, "i"), (4, 14, "ci")]),                         # shares [0, D]
+    ([3, 7], 5, [(0, 10, "i"), (4, 14, "i"), (6, 16, "c")]),
+    ([3], 10, [(0, 10, "i"), (4, 14, "ci")]),                        # t == D: its left window is [0, D]
+    ([3], 11, [(1, 11, "ci"), (4, 14, "ci")]),                       # t == D + 1: a normal left window
+    ([12], 3, [(0, 10, "ci"), (2, 12, "i"), (4, 14, "c")]),           # early record under a later window
+])
+def test_sliding_records_earlier_than_the_difference_share_window_zero(seen, timestamp, expected):
+    assert updates(seen, timestamp) == expected
+
+
+def test_sliding_ignores_timestamps_out_of_range():
+    near = [20, 25]
+    assert updates([0, 5, 9] + near + [34, 100, 5_000], 22) == updates(near + [34], 22)
+    assert updates(list(range(0, 9)) + [500], 22) == updates([], 22)
+
+
+def test_sliding_update_fields():
+    update = SLIDING.updates_for([20], 25)[0]
+    assert update == SlidingWindowUpdate(15, 25, created=True, includes_record=True)
+    assert update.window == (15, 25)
+
+
+def test_sliding_rejects_bad_input():
+    with pytest.raises(ValueError, match="sorted"):
+        SLIDING.updates_for([25, 20], 22)
+    with pytest.raises(ValueError, match="negative"):
+        SLIDING.updates_for([], -1)
+    with pytest.raises(ValueError, match="negative timestamp"):
+        SLIDING.updates_for([-3, 2], 5)
+
+
+def test_sliding_late_record_rule_matches_its_windows():
+    windows = SlidingWindows(ms(D), grace=ms(5))
+    t = 100
+    # Every window holding t ends by t + D, so the record is late once that one closes.
+    assert max(u.end for u in windows.updates_for([95, 105, 110], t) if u.includes_record) == t + D
+    assert not windows.is_closed(t + D, t + D + 5)
+    assert windows.is_closed(t + D, t + D + 6)
+
+
+def _oracle_windows(records: List[int], difference: int) -> Set[Tuple[int, int]]:
+    """KIP-450 by definition: a left window per record, a right window per record with a
+    later record within the difference; early records share [0, difference]."""
+    out = {(max(0, r - difference), max(r, difference)) for r in records}
+    out |= {(r + 1, r + 1 + difference) for r in records if any(r < s <= r + difference for s in records)}
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sliding_updates_maintain_exact_window_contents(seed):
+    """Applying the updates (a count per window) over a random out-of-order stream yields
+    exactly the windows KIP-450 defines, each with the number of records it contains."""
+    rng = random.Random(seed)
+    difference = rng.choice([1, 3, 10, 25])
+    windows = SlidingWindows(ms(difference))
+    counts: Dict[Tuple[int, int], int] = {}
+    seen: List[int] = []
+    for _ in range(60):
+        t = rng.randrange(0, 120)
+        result = windows.updates_for(seen, t)
+        assert [u.start for u in result] == sorted(u.start for u in result)
+        for u in result:
+            assert u.created == (u.window not in counts)
+            assert u.includes_record == (u.start <= t <= u.end)
+            if u.created:
+                counts[u.window] = sum(u.start <= s <= u.end for s in seen)
+            if u.includes_record:
+                counts[u.window] += 1
+        seen.append(t)
+        seen.sort()
+        expected = _oracle_windows(seen, difference)
+        assert set(counts) == expected
+        for (start, end), count in counts.items():
+            assert count == sum(start <= s <= end for s in seen) > 0
+            assert start >= 0 and end - start == difference
+
+
+# --- session windows --------------------------------------------------------------------------
+
+GAP = 5_000
+SESSIONS = SessionWindows(ms(GAP))
+
+
+@pytest.mark.parametrize("sessions, timestamp, window, replaced, removed", [
+    # a new isolated session
+    ([], 4_000, (4_000, 4_000), (), ()),
+    ([(0, 1_000), (20_000, 21_000)], 10_000, (10_000, 10_000), (), ()),
+    # extend one session forwards / backwards
+    ([(0, 1_000)], 4_000, (0, 4_000), ((0, 1_000),), ((0, 1_000),)),
+    ([(10_000, 12_000)], 6_000, (6_000, 12_000), ((10_000, 12_000),), ((10_000, 12_000),)),
+    # bridge two sessions
+    ([(0, 1_000), (8_000, 9_000)], 4_000, (0, 9_000), ((0, 1_000), (8_000, 9_000)),
+     ((0, 1_000), (8_000, 9_000))),
+    # a record inside a session changes nothing but its aggregate
+    ([(0, 9_000)], 4_000, (0, 9_000), ((0, 9_000),), ()),
+    ([(4_000, 4_000)], 4_000, (4_000, 4_000), ((4_000, 4_000),), ()),
+    # bridging a session and extending past the other
+    ([(0, 1_000), (3_000, 3_500)], 6_000, (0, 6_000), ((0, 1_000), (3_000, 3_500)),
+     ((0, 1_000), (3_000, 3_500))),
+])
+def test_session_merge(sessions, timestamp, window, replaced, removed):
+    merge = SESSIONS.merge(sessions, timestamp)
+    assert (merge.window, merge.replaced, merge.removed) == (window, replaced, removed)
+    assert merge.start <= timestamp <= merge.end
+
+
+@pytest.mark.parametrize("existing, timestamp, merges", [
+    ((1_000, 2_000), 2_000 + GAP, True),            # after the end, exactly the gap
+    ((1_000, 2_000), 2_000 + GAP + 1, False),
+    ((10_000, 12_000), 10_000 - GAP, True),         # before the start, exactly the gap
+    ((10_000, 12_000), 10_000 - GAP - 1, False),
+])
+def test_session_merge_at_exactly_the_gap(existing, timestamp, merges):
+    merge = SESSIONS.merge([existing], timestamp)
+    assert (merge.replaced == (existing,)) is merges
+    expected = (min(existing[0], timestamp), max(existing[1], timestamp)) if merges else (timestamp, timestamp)
+    assert merge.window == expected
+
+
+def test_session_merge_sorts_replaced_and_ignores_far_sessions():
+    merge = SESSIONS.merge([(8_000, 9_000), (50_000, 60_000), (0, 1_000)], 4_000)
+    assert merge == SessionMerge(0, 9_000, ((0, 1_000), (8_000, 9_000)))
+
+
+def test_session_merge_accepts_any_iterable():
+    assert SESSIONS.merge(iter([(0, 1_000)]), 2_000).window == (0, 2_000)
+
+
+def test_session_merge_rejects_bad_input():
+    with pytest.raises(ValueError, match="negative"):
+        SESSIONS.merge([], -5)
+    with pytest.raises(ValueError, match="0 <= start <= end"):
+        SESSIONS.merge([(3_000, 2_000)], 2_500)
+
+
+def _oracle_sessions(records: List[int], gap: int) -> Set[Tuple[int, int]]:
+    """Sessions by definition: runs of sorted timestamps with consecutive gaps <= gap."""
+    out, ordered = set(), sorted(records)
+    start = previous = ordered[0]
+    for t in ordered[1:]:
+        if t - previous > gap:
+            out.add((start, previous))
+            start = t
+        previous = t
+    out.add((start, previous))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_session_merges_match_the_definition_on_random_streams(seed):
+    rng = random.Random(seed)
+    gap = rng.choice([1, 5, 20])
+    windows = SessionWindows(ms(gap))
+    sessions: Set[Tuple[int, int]] = set()
+    records: List[int] = []
+    for _ in range(50):
+        t = rng.randrange(0, 300)
+        merge = windows.merge(sessions, t)
+        assert set(merge.removed) <= set(merge.replaced) <= sessions
+        sessions = (sessions - set(merge.replaced)) | {merge.window}
+        records.append(t)
+        assert sessions == _oracle_sessions(records, gap)
+
+
+# --- examples in docstrings -------------------------------------------------------------------
+
+@pytest.mark.parametrize("module", [windows_module, windowed_module])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
