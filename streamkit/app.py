@@ -18,7 +18,6 @@ Topology: doc-app
 """
 from __future__ import annotations
 
-import os
 import re
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence

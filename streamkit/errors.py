@@ -61,8 +61,3 @@ class RebalanceInProgressError(StreamkitError):
 class TaskMigratedError(StreamkitError):
     """This worker lost tasks to another member of its group (a rebalance it missed, or a
     newer producer fenced it). The tasks' uncommitted work is discarded, never committed."""
-
-    def __init__(self, message: str, task_ids: Optional[frozenset] = None) -> None:
-        super().__init__(message)
-        self.task_ids = task_ids
-        """The tasks lost, or None when all of this worker's tasks are."""

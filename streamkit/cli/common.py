@@ -1,7 +1,6 @@
 """Options and helpers shared by the CLI commands."""
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from typing import Iterator, Optional
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Dict, FrozenSet, Set, Tuple
+from typing import Dict, FrozenSet, Set
 
 from ..state.task_stores import OpenStore, TaskStores, open_task_stores
 from ..topology import Topology
 from ..transport.base import Consumer, TopicPartition
 from .assembly import TaskSettings
+from .task import parse_task_id
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,6 @@ class StandbyTasks:
         self._tasks: Dict[str, TaskStores] = {}
         self._by_changelog: Dict[TopicPartition, OpenStore] = {}
         self._next_tail = 0.0
-        self.records_applied = 0
 
     @property
     def task_ids(self) -> Set[str]:
@@ -46,7 +46,7 @@ class StandbyTasks:
     async def open(self, task_ids: FrozenSet[str]) -> None:
         """Open stores for new standbys and start tailing their changelogs at their checkpoints."""
         for tid in sorted(set(task_ids) - set(self._tasks)):
-            sub_id, partition = (int(x) for x in tid.split("_"))
+            sub_id, partition = parse_task_id(tid)
             sub = self._topology.sub_topologies[sub_id]
             specs = [self._topology.stores[name] for name in sub.store_names]
             stores = open_task_stores(specs, app_id=self._topology.app_id, task_id=tid, partition=partition,
@@ -76,7 +76,6 @@ class StandbyTasks:
             entries = {key: value for _offset, _ts, key, value, _headers in batch.records}
             store.buffer.persistent.apply(entries, batch.records[-1][0] + 1)
             applied += len(batch.records)
-        self.records_applied += applied
         return applied
 
     def close(self) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..errors import UserFunctionError
 from ..processor import Punctuation
@@ -26,6 +26,12 @@ SourceLoop = Callable[[Sequence[RawRecord]], None]
 
 def task_id(sub_topology: int, partition: int) -> str:
     return f"{sub_topology}_{partition}"
+
+
+def parse_task_id(tid: str) -> Tuple[int, int]:
+    """``"1_2"`` → ``(1, 2)``: the sub-topology and partition of a task id."""
+    sub, partition = tid.split("_")
+    return int(sub), int(partition)
 
 
 class Task:
@@ -78,11 +84,14 @@ class Task:
         """Process a batch of records of ``topic`` (this task's partition), in offset order."""
         if not records:
             return
+        position = records[-1][0] + 1
         if self.rebuild_until:
+            # Offsets up to the old commit were processed before: never commit below it.
+            position = max(position, self.rebuild_until.get(topic, 0))
             self._rebuild(topic, records)
         else:
             self._loops[topic](records)
-        self.positions[TopicPartition(topic, self.partition)] = records[-1][0] + 1
+        self.positions[TopicPartition(topic, self.partition)] = position
 
     def rebuild_from_input(self, processed: Dict[TopicPartition, int]) -> None:
         """Empty the task's stores and re-read its input from the start: records below the

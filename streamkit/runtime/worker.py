@@ -15,7 +15,7 @@ import os
 import signal
 import time
 import uuid
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional
 
 from ..app import GUARANTEES, App
 from ..errors import ConfigError, RebalanceInProgressError, StreamkitError, TaskMigratedError
@@ -30,7 +30,7 @@ from .assembly import TaskSettings, create_task
 from .collector import RecordCollector
 from .metrics import TaskMetrics
 from .standby import StandbyTasks
-from .task import Task, task_id
+from .task import Task, parse_task_id, task_id
 from .topics_setup import prepare_topics
 
 log = logging.getLogger(__name__)
@@ -98,29 +98,29 @@ class Worker:
             self._plan_tasks[task_id(sub_id, partition)] = tuple(
                 TopicPartition(topic, partition) for topic in sorted(topology.source_nodes(sub))
                 if partition < self.partitions[topic])
-        self._membership = transport.membership(app.id, GroupPlan(
-            tasks=self._plan_tasks, standby_replicas=self.standby_replicas,
-            stateful=frozenset(t for t in self._plan_tasks
-                               if topology.sub_topologies[_task_order(t)[0]].store_names),
-            running=lambda: frozenset(self.tasks), local_state=self._local_state))
-        self._state = claim_state_directory(
-            self._explicit_state_dir or default_state_dir(transport, app.id),
-            exclusive=self._membership.group_managed, explicit=self._explicit_state_dir is not None)
-        self.settings = TaskSettings(
-            deserialization_error_handler=app.deserialization_error_handler,
-            processing_error_handler=app.processing_error_handler,
-            store_backend=app.store_backend, state_dir=self._state.path, caching=app.caching)
-        self._consumer = self._membership.consumer() or transport.consumer(app.id, read_committed=True)
-        self._restore_consumer = _reader(transport, app.id)
-        self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app.id))
-        if self.exactly_once and not self._per_task_producers:
-            self._producers[SHARED] = transport.producer(transactional_id=f"{app.id}-{uuid.uuid4().hex[:12]}")
-        elif not self.exactly_once:
-            self._producers[SHARED] = transport.producer()
-        transport.start_housekeeping()
-        log.info("worker for app %s on %s: %d task(s) in the group, %s, state in %s", app.id,
-                 transport.url, len(self._plan_tasks), self.guarantee, self._state.path)
-        try:
+        try:  # from here on, every client and the state-dir lock are released on failure
+            self._membership = transport.membership(app.id, GroupPlan(
+                tasks=self._plan_tasks, standby_replicas=self.standby_replicas,
+                stateful=frozenset(t for t in self._plan_tasks
+                                   if topology.sub_topologies[parse_task_id(t)[0]].store_names),
+                running=lambda: frozenset(self.tasks), local_state=self._local_state))
+            self._state = claim_state_directory(
+                self._explicit_state_dir or default_state_dir(transport, app.id),
+                exclusive=self._membership.group_managed, explicit=self._explicit_state_dir is not None)
+            self.settings = TaskSettings(
+                deserialization_error_handler=app.deserialization_error_handler,
+                processing_error_handler=app.processing_error_handler,
+                store_backend=app.store_backend, state_dir=self._state.path, caching=app.caching)
+            self._consumer = self._membership.consumer() or transport.consumer(app.id, read_committed=True)
+            self._restore_consumer = _reader(transport, app.id)
+            self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app.id))
+            if self.exactly_once and not self._per_task_producers:
+                self._producers[SHARED] = transport.producer(transactional_id=f"{app.id}-{uuid.uuid4().hex[:12]}")
+            elif not self.exactly_once:
+                self._producers[SHARED] = transport.producer()
+            transport.start_housekeeping()
+            log.info("worker for app %s on %s: %d task(s) in the group, %s, state in %s", app.id,
+                     transport.url, len(self._plan_tasks), self.guarantee, self._state.path)
             if SHARED in self._producers and self.exactly_once:
                 await self._producers[SHARED].begin_transaction()
             await self._loop()
@@ -162,7 +162,9 @@ class Worker:
             await self._standbys.tail()
             now = time.monotonic()
             buffered = sum(task.store_set.pending_bytes for task in self.tasks.values())
-            if now >= next_commit or buffered > cache_limit:
+            # Suspended (between a revocation's commit and the new assignment): nothing was
+            # processed since, and the group may already have moved the partitions.
+            if (now >= next_commit or buffered > cache_limit) and not self._suspended:
                 await self._commit()
                 next_commit = time.monotonic() + self.commit_interval
             self._progress.maybe_log(now, self.tasks)
@@ -173,15 +175,15 @@ class Worker:
     def _check_topics(self) -> None:
         """Fail clearly when a topic of the app was deleted (or recreated with another
         partition count) under the running worker, instead of waiting for input forever."""
-        admin = self.transport.admin
+        counts = self.transport.admin.partition_counts(list(self.partitions))
         for topic, partitions in self.partitions.items():
-            meta = admin.topic(topic)
-            if meta is None:
+            actual = counts.get(topic)
+            if actual is None:
                 raise StreamkitError(f"topic '{topic}' was deleted while app {self.app.id} ran on "
                                      f"{self.transport.url}; recreate it with {partitions} partition(s) "
                                      "and restart the workers")
-            if meta.partitions != partitions:
-                raise StreamkitError(f"topic '{topic}' now has {meta.partitions} partition(s) but app "
+            if actual != partitions:
+                raise StreamkitError(f"topic '{topic}' now has {actual} partition(s) but app "
                                      f"{self.app.id} started with {partitions} (deleted and recreated "
                                      "while the app ran?); keys would land on the wrong tasks")
 
@@ -193,8 +195,6 @@ class Worker:
             return False
         # A group member keeps fetching even without tasks: that is how it stays in the group.
         batches = await self._consumer.fetch(FETCH_WAIT)
-        if self._suspended:
-            return False  # revoked while fetching: the next owner reads these from the commit
         lookup = self._task_of_partition
         processed = False
         last_yield = time.monotonic()
@@ -210,8 +210,6 @@ class Worker:
                     # topology must not get this worker thrown out of its group.
                     await asyncio.sleep(0)
                     last_yield = time.monotonic()
-                    if task.id not in self.tasks:
-                        break  # revoked meanwhile
             processed = True
         return processed
 
@@ -246,7 +244,7 @@ class Worker:
         assert self._consumer is not None and self._standbys is not None
         for tid in sorted(set(self.tasks) - assignment.active):
             self._close_task(tid, dirty=False)
-        new = [tid for tid in sorted(assignment.active, key=_task_order) if tid not in self.tasks]
+        new = [tid for tid in sorted(assignment.active, key=parse_task_id) if tid not in self.tasks]
         # A standby promoted to active, or dropped, closes first: its store files get reopened.
         self._standbys.keep(assignment.standby - assignment.active)
         if new:
@@ -266,14 +264,14 @@ class Worker:
 
     async def _start_task(self, tid: str) -> None:
         assert self._consumer is not None and self._restore_consumer is not None
-        sub_id, partition = _task_order(tid)
+        sub_id, partition = parse_task_id(tid)
         sub = self.topology.sub_topologies[sub_id]
         if self._per_task_producers:
             # Fences any older producer of this task (a zombie owner) and aborts its open
             # transaction, before the changelogs are restored and offsets read.
             producer = self.transport.producer(transactional_id=f"{self.app.id}-{sub_id}-{partition}")
+            self._producers[tid] = producer  # registered first: closed at shutdown even if this fails
             await producer.begin_transaction()
-            self._producers[tid] = producer
         task = create_task(self.topology, sub, partition, partitions=self.partitions,
                            collector=RecordCollector(), wall_clock=lambda: int(time.time() * 1000),
                            settings=self.settings)
@@ -356,7 +354,10 @@ class Worker:
         if self._retired_producers:
             retired, self._retired_producers = self._retired_producers, []
             for producer in retired:
-                await producer.aclose()
+                try:
+                    await producer.aclose()
+                except Exception as exc:  # noqa: BLE001 - its task is gone; the next owner fenced it
+                    log.warning("closing the producer of a closed task failed: %s", exc)
 
     async def _commit(self) -> None:
         """Commit every task. Under exactly_once, a crash at any point is safe:
@@ -483,10 +484,12 @@ class Worker:
                 except Exception as exc:  # noqa: BLE001 - shutting down regardless
                     log.debug("closing %s: %s", type(client).__name__, exc)
         self._consumer = self._restore_consumer = None
-        if self._membership is not None:
-            await self._membership.aclose()
-        if self._state is not None:
-            self._state.release()
+        try:
+            if self._membership is not None:
+                await self._membership.aclose()
+        finally:
+            if self._state is not None:
+                self._state.release()
 
 
 def _reader(transport: Transport, app_id: str) -> Consumer:
@@ -494,11 +497,6 @@ def _reader(transport: Transport, app_id: str) -> Consumer:
     reader = getattr(transport, "reader", None)
     return reader(read_committed=True) if reader is not None else \
         transport.consumer(f"{app_id}-restore", read_committed=True)
-
-
-def _task_order(tid: str) -> Tuple[int, int]:
-    sub, partition = tid.split("_")
-    return int(sub), int(partition)
 
 
 def default_state_dir(transport: Transport, app_id: str) -> str:

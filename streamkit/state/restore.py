@@ -95,6 +95,11 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
                 last_log = now
         # The reader's position is past trailing transaction markers: checkpoint it.
         position = consumer.position(tp)
+        if position < end:
+            log.warning("task %s: restoring store %s stopped at %s[%d] offset %d, below the end %d reported "
+                        "by the broker: nothing more could be read there for %.0f s (aborted or open "
+                        "transactions?)", task_id, store.spec.name, tp.topic, tp.partition, position, end,
+                        EMPTY_FETCHES_BELOW_END * FETCH_WAIT)
         if position > (persistent.changelog_offset() or 0):
             persistent.apply({}, position)
     finally:

@@ -71,6 +71,14 @@ class Admin(abc.ABC):
     @abc.abstractmethod
     def list_topics(self) -> list[TopicMetadata]: ...
 
+    def partition_counts(self, topics: Sequence[str]) -> dict[str, Optional[int]]:
+        """Each topic's partition count, None for a topic that does not exist."""
+        out: dict[str, Optional[int]] = {}
+        for name in topics:
+            meta = self.topic(name)
+            out[name] = None if meta is None else meta.partitions
+        return out
+
     @abc.abstractmethod
     def partition_offsets(self, topic: str, partition: int) -> PartitionOffsets: ...
 

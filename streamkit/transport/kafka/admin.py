@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTopicPartition
@@ -16,7 +16,7 @@ from aiokafka.errors import (CommitFailedError, KafkaConnectionError, KafkaError
 from ...errors import BrokerUnavailableError, ConfigError, StreamkitError
 from ..base import Admin, PartitionOffsets, TopicMetadata, TopicPartition
 from .config import KafkaClientConfig
-from .connect import start_with_retry
+from .connect import quietly, start_with_retry
 from .loop_thread import BackgroundLoop
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class KafkaAdmin(Admin):
             try:
                 await client.start()
             except KafkaConnectionError:
-                await _quietly(client.close())
+                await quietly(client.close())
                 raise
             self._client = client
         await start_with_retry(start, self._servers, self._config.connect_timeout_s, "admin")
@@ -144,6 +144,18 @@ class KafkaAdmin(Admin):
             return TopicMetadata(name, len(entry["partitions"]), await self._topic_config(name))
         return None
 
+    def partition_counts(self, topics: Sequence[str]) -> Dict[str, Optional[int]]:
+        return self._call(self._partition_counts(list(topics)))
+
+    async def _partition_counts(self, topics: List[str]) -> Dict[str, Optional[int]]:
+        admin = await self._admin()
+        response = await admin._send_request(MetadataRequest(topics, allow_auto_topic_creation=False))
+        counts: Dict[str, Optional[int]] = {name: None for name in topics}
+        for entry in response.to_object()["topics"]:
+            if entry.get("error_code", 0) == 0 and entry.get("partitions"):
+                counts[entry["topic"]] = len(entry["partitions"])
+        return counts
+
     async def _topic_config(self, name: str) -> Dict[str, str]:
         admin = await self._admin()
         try:
@@ -221,7 +233,7 @@ class KafkaAdmin(Admin):
         try:
             return await committed_offsets(consumer, partitions)
         finally:
-            await _quietly(consumer.stop())
+            await quietly(consumer.stop())
 
     def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         self._call(self._commit_offsets(group, dict(offsets)))
@@ -244,14 +256,14 @@ class KafkaAdmin(Admin):
             raise StreamkitError(f"group '{group}' has active members on {self._servers}: stop its "
                                  "workers before changing its offsets") from None
         finally:
-            await _quietly(consumer.stop())
+            await quietly(consumer.stop())
 
     def close(self) -> None:
         async def stop() -> None:
             if self._offsets is not None:
-                await _quietly(self._offsets.stop())
+                await quietly(self._offsets.stop())
             if self._client is not None:
-                await _quietly(self._client.close())
+                await quietly(self._client.close())
         self._loop.close(stop())
 
 
@@ -263,9 +275,3 @@ def _is_default(entry: tuple) -> bool:
         return flag
     return flag in (4, 5)
 
-
-async def _quietly(awaitable) -> None:
-    try:
-        await awaitable
-    except Exception:  # noqa: BLE001 - closing best-effort
-        pass

@@ -128,7 +128,6 @@ class TaskAssignor(AbstractPartitionAssignor):
     standby_replicas: int = 0
     stateful: FrozenSet[str] = frozenset()
     received: TaskAssignment = field(default_factory=TaskAssignment)
-    generation_seen: int = 0
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -176,7 +175,6 @@ class TaskAssignor(AbstractPartitionAssignor):
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:  # type: ignore[override]
         self.received = decode_assignment(assignment.user_data)
-        self.generation_seen += 1
 
 
 def _exists(cluster, tp: TopicPartition) -> bool:

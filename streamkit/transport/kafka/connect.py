@@ -30,3 +30,11 @@ async def start_with_retry(start: Callable[[], Awaitable[Any]], servers: str, ti
             log.info("Kafka at %s not reachable yet (%s: %s); retrying", servers, what, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+
+async def quietly(awaitable: Awaitable[Any]) -> None:
+    """Await a best-effort cleanup (closing a client), ignoring its failure."""
+    try:
+        await awaitable
+    except Exception:  # noqa: BLE001 - cleanup must not hide the error being handled
+        pass

@@ -9,7 +9,6 @@ from aiokafka.errors import KafkaError
 
 from ...errors import StreamkitError
 from ..base import Consumer, FetchedBatch, TopicPartition
-from .admin import KafkaAdmin
 from .config import KafkaClientConfig
 from .connect import start_with_retry
 from .records import to_raw_records
@@ -21,9 +20,7 @@ class KafkaAssignedConsumer(Consumer):
     """Reads the partitions it is given from the positions it is given; commits for
     ``group`` when it has one. Starts its aiokafka client lazily, on the caller's loop."""
 
-    def __init__(self, config: KafkaClientConfig, admin: KafkaAdmin, group: Optional[str],
-                 read_committed: bool) -> None:
-        self._admin = admin
+    def __init__(self, config: KafkaClientConfig, group: Optional[str], read_committed: bool) -> None:
         self._group = group
         self._servers = ",".join(config.bootstrap_servers)
         self._connect_timeout = config.connect_timeout_s
@@ -60,7 +57,11 @@ class KafkaAssignedConsumer(Consumer):
             await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer")
             self._started = True
         if self._assignment_changed:
+            # assign() starts a new subscription and forgets every position: seek them back.
             self._kafka.assign([KafkaTopicPartition(*tp) for tp in self._assigned])
+            for tp in self._assigned:
+                if tp not in self._seeks and tp in self._positions:
+                    self._seeks[tp] = self._positions[tp]
             self._assignment_changed = False
         for tp, offset in self._seeks.items():
             ktp = KafkaTopicPartition(*tp)
@@ -77,8 +78,8 @@ class KafkaAssignedConsumer(Consumer):
         try:
             data = await self._kafka.getmany(timeout_ms=int(max_wait * 1000), max_records=MAX_RECORDS_PER_FETCH)
         except KafkaError as exc:
-            raise StreamkitError(f"reading {_describe(self._assigned)} failed: {type(exc).__name__}: {exc}") \
-                from exc
+            raise StreamkitError(f"reading {describe_partitions(self._assigned)} failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
         out = []
         for ktp, records in data.items():
             if records:
@@ -145,5 +146,6 @@ def stop_soon(coro) -> None:
 _pending_stops: set = set()
 
 
-def _describe(partitions) -> str:
-    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions)) or "nothing"
+def describe_partitions(partitions) -> str:
+    """``topic[0], topic[1]`` for error messages."""
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions)) or "no partitions"

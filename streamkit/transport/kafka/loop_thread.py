@@ -6,6 +6,7 @@ or before, the worker's event loop); its aiokafka clients live on this loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from typing import Any, Awaitable, Optional, TypeVar
 
@@ -25,9 +26,9 @@ class BackgroundLoop:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
         try:
             return future.result(timeout)
-        except TimeoutError:
+        except concurrent.futures.TimeoutError:  # not the builtin TimeoutError before 3.11
             future.cancel()
-            raise
+            raise TimeoutError(f"no answer within {timeout} s") from None
 
     def close(self, cleanup: Optional[Awaitable[Any]] = None) -> None:
         """Run ``cleanup`` (if given), then stop the loop and join the thread."""

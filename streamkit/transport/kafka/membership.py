@@ -14,17 +14,16 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTopicPartition
-from aiokafka.errors import (CommitFailedError, IllegalGenerationError, KafkaError, RebalanceInProgressError,
-                             UnknownMemberIdError)
+from aiokafka.errors import (CommitFailedError, IllegalGenerationError, IllegalStateError, KafkaError,
+                             RebalanceInProgressError, UnknownMemberIdError)
 
 from ...errors import RebalanceInProgressError as GroupRebalancing
 from ...errors import StreamkitError, TaskMigratedError
 from ..base import Consumer, FetchedBatch, GroupPlan, Membership, TaskAssignment, TopicPartition
-from .admin import KafkaAdmin
 from .assignor import MemberState, TaskAssignor, plan_fingerprint
 from .config import KafkaClientConfig
 from .connect import start_with_retry
-from .consumer import committed_offsets
+from .consumer import committed_offsets, describe_partitions
 from .records import to_raw_records
 
 log = logging.getLogger(__name__)
@@ -40,9 +39,8 @@ class KafkaGroupConsumer(Consumer):
     this worker; ``unassign`` pauses them; commits fail with TaskMigratedError once the
     group has moved on without us."""
 
-    def __init__(self, kafka: AIOKafkaConsumer, admin: KafkaAdmin, group: str) -> None:
+    def __init__(self, kafka: AIOKafkaConsumer, group: str) -> None:
         self._kafka = kafka
-        self._admin = admin
         self._group = group
         self._seeks: Dict[TopicPartition, Optional[int]] = {}
 
@@ -83,7 +81,8 @@ class KafkaGroupConsumer(Consumer):
         try:
             data = await self._kafka.getmany(timeout_ms=int(max_wait * 1000), max_records=MAX_RECORDS_PER_FETCH)
         except KafkaError as exc:
-            raise StreamkitError(f"group {self._group}: fetching failed: {type(exc).__name__}: {exc}") from exc
+            raise StreamkitError(f"group {self._group}: fetching {describe_partitions(self._kafka.assignment())} "
+                                 f"failed: {type(exc).__name__}: {exc}") from exc
         return [FetchedBatch(ktp.topic, ktp.partition, to_raw_records(records))
                 for ktp, records in data.items() if records]
 
@@ -99,6 +98,8 @@ class KafkaGroupConsumer(Consumer):
             raise StreamkitError(f"group {self._group}: committing offsets of "
                                  f"{', '.join(sorted(f'{tp.topic}[{tp.partition}]' for tp in offsets))} did not "
                                  f"complete within {COMMIT_TIMEOUT:g} s") from None
+        except IllegalStateError as exc:  # a partition no longer assigned to this member
+            raise TaskMigratedError(f"group {self._group}: {exc}; its tasks now belong to other members") from None
         except _MIGRATED as exc:
             cause = exc.__cause__ if isinstance(exc, CommitFailedError) and exc.__cause__ else exc
             if isinstance(cause, RebalanceInProgressError):
@@ -116,7 +117,7 @@ class KafkaGroupMembership(Membership):
 
     group_managed = True
 
-    def __init__(self, config: KafkaClientConfig, admin: KafkaAdmin, group: str, plan: GroupPlan) -> None:
+    def __init__(self, config: KafkaClientConfig, group: str, plan: GroupPlan) -> None:
         self._group = group
         self._plan = plan
         self._servers = ",".join(config.bootstrap_servers)
@@ -129,7 +130,7 @@ class KafkaGroupMembership(Membership):
             **config.consumer_kwargs(), group_id=group, enable_auto_commit=False,
             auto_offset_reset="earliest", isolation_level="read_committed",
             partition_assignment_strategy=(self._assignor,))
-        self._consumer = KafkaGroupConsumer(self._kafka, admin, group)
+        self._consumer = KafkaGroupConsumer(self._kafka, group)
         self._started = False
         self._pending: Optional[TaskAssignment] = None
         self._revoking: Optional[asyncio.Event] = None

@@ -13,7 +13,7 @@ from aiokafka.errors import (InvalidProducerEpoch, KafkaError, ProducerFenced, U
 from ...errors import StreamkitError, TaskMigratedError
 from ..base import OutgoingRecord, Producer, TopicPartition
 from .config import KafkaClientConfig
-from .connect import start_with_retry
+from .connect import quietly, start_with_retry
 from .consumer import stop_soon
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class KafkaProducer(Producer):
         except UnknownError as exc:
             if self.transactional_id is None:
                 raise
-            await _quietly(self._kafka.stop())
+            await quietly(self._kafka.stop())
             raise StreamkitError(
                 f"Kafka at {self._servers} refused a transactional producer ({self.transactional_id}): "
                 f"{exc}; exactly_once needs a broker with transactions (Apache Kafka 2.5+)") from None
@@ -161,9 +161,3 @@ def _where(batches) -> str:
     return ", ".join(f"{topic}[{partition}]" for topic, partition in partitions[:5]) + \
         (" ..." if len(partitions) > 5 else "")
 
-
-async def _quietly(awaitable) -> None:
-    try:
-        await awaitable
-    except Exception:  # noqa: BLE001 - cleanup best-effort
-        pass

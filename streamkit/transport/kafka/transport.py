@@ -21,23 +21,19 @@ class KafkaTransport(Transport):
         self.admin.connect()
 
     def consumer(self, group: str, *, read_committed: bool = True) -> Consumer:
-        return KafkaAssignedConsumer(self.config, self.admin, group, read_committed)
+        return KafkaAssignedConsumer(self.config, group, read_committed)
 
     def reader(self, *, read_committed: bool = True) -> Consumer:
         """A consumer outside any group (restore, standbys)."""
-        return KafkaAssignedConsumer(self.config, self.admin, None, read_committed)
+        return KafkaAssignedConsumer(self.config, None, read_committed)
 
     def producer(self, *, transactional_id: Optional[str] = None) -> Producer:
         return KafkaProducer(self.config, transactional_id)
 
     def membership(self, group: str, plan: GroupPlan) -> Membership:
-        return KafkaGroupMembership(self.config, self.admin, group, plan)
+        return KafkaGroupMembership(self.config, group, plan)
 
     def transactional_id_per_task(self) -> bool:
-        return True
-
-    @property
-    def auto_creates_sources(self) -> bool:
         return True
 
     def describe(self) -> Mapping[str, Any]:
