@@ -115,7 +115,10 @@ class KafkaProducer(Producer):
         if self.transactional_id is None:
             raise RuntimeError("this producer has no transactional id")
         await self.start()
-        await self._kafka.begin_transaction()
+        try:
+            await self._kafka.begin_transaction()
+        except KafkaError as exc:
+            raise self._transaction_failure("beginning", exc) from None
         self._in_transaction = True
 
     async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
@@ -125,8 +128,8 @@ class KafkaProducer(Producer):
                 await self._kafka.send_offsets_to_transaction(
                     {KafkaTopicPartition(*tp): offset for tp, offset in offsets.items()}, group)
             await self._kafka.commit_transaction()
-        except _FENCED as exc:
-            raise self._fenced(exc) from None
+        except KafkaError as exc:
+            raise self._transaction_failure(f"committing (offsets for group {group})", exc) from None
         finally:
             self._in_transaction = False
 
@@ -140,6 +143,12 @@ class KafkaProducer(Producer):
                 await self._kafka.abort_transaction()
             except _FENCED:
                 pass  # a newer producer of this id already aborted it
+
+    def _transaction_failure(self, step: str, exc: KafkaError) -> Exception:
+        if isinstance(exc, _FENCED):
+            return self._fenced(exc)
+        return StreamkitError(f"{step} a transaction of producer {self.transactional_id} on {self._servers} "
+                              f"failed: {type(exc).__name__}: {exc}")
 
     def _fenced(self, exc: BaseException) -> TaskMigratedError:
         return TaskMigratedError(f"producer {self.transactional_id} was fenced by a newer one with the same "
