@@ -3,6 +3,7 @@ restarts, dead letters, bad topics. Each worker is a ``streamkit worker`` subpro
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -28,16 +29,13 @@ def _assignments(log: Path) -> list:
 def test_one_worker_counts_exactly(kafka, tmp_path, unique_name) -> None:
     app = KafkaApp(kafka, tmp_path, unique_name("one"))
     expected = app.produce_events(3000)
-    done = app.cli("worker", app.module, "--until-idle", "2", "--state-dir", str(tmp_path / "s"))
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = app.run_until_idle("s")
     assert final_counts(app) == expected
     assert_nothing_lost(app, expected, range(3000))
     # restarted with its state deleted, the worker restores the counts from the changelog
     more = app.produce_events(600, first=3000)
-    import shutil
     shutil.rmtree(tmp_path / "s")
-    done = app.cli("worker", app.module, "--until-idle", "2", "--state-dir", str(tmp_path / "s"))
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = app.run_until_idle("s")
     assert "restored" in done.stderr
     assert final_counts(app) == {p: expected[p] + more[p] for p in expected}
 
@@ -110,8 +108,7 @@ def test_dead_letters_on_kafka(kafka, tmp_path, unique_name) -> None:
     bad = app.cli("produce", app.source, "--format", "text", stdin="not json at all\n")
     assert bad.returncode == 0, bad.stderr
     expected = app.produce_events(10, first=10)
-    done = app.cli("worker", app.module, "--until-idle", "2", "--state-dir", str(tmp_path / "s"))
-    assert done.returncode == 0, done.stderr[-3000:]
+    app.run_until_idle("s")
     dead = app.cli("consume", f"{app.app_id}-dlq", "--from-beginning", "--timeout", "2")
     assert dead.returncode == 0, dead.stderr
     lines = dead.stdout.splitlines()
@@ -171,8 +168,7 @@ def test_broker_outage_mid_run(kafka_behind_proxy, tmp_path, unique_name) -> Non
 def test_tls_end_to_end(kafka_tls, tmp_path, unique_name) -> None:
     app = KafkaApp(kafka_tls, tmp_path, unique_name("tls"))
     expected = app.produce_events(500)
-    done = app.cli("worker", app.module, "--until-idle", "2", "--state-dir", str(tmp_path / "s"))
-    assert done.returncode == 0, done.stderr[-3000:]
+    app.run_until_idle("s")
     assert final_counts(app) == expected
     # without the CA the handshake fails, and the error says where
     plain = app.env()

@@ -76,6 +76,14 @@ class KafkaApp:
                                 stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=self.directory,
                                 env=self.env(**env))
 
+    def run_until_idle(self, state: str, *args: str) -> subprocess.CompletedProcess:
+        """Run a worker of this app until its input is drained (``--until-idle 2``); assert it
+        exited cleanly."""
+        done = self.cli("worker", self.module, *args, "--until-idle", "2", "--state-dir",
+                        str(self.directory / state))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
     def produce_events(self, count: int, *, pages: int = 20, first: int = 0) -> Dict[str, int]:
         """Create the source topic if needed and produce ``count`` events keyed by user;
         return the true count per page."""

@@ -5,15 +5,13 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTopicPartition
-from aiokafka.errors import KafkaError
 
 from ...errors import StreamkitError
 from ..base import Consumer, FetchedBatch, TopicPartition
 from .config import KafkaClientConfig
 from .connect import start_with_retry
-from .records import to_raw_records
+from .records import fetch_batches
 
-MAX_RECORDS_PER_FETCH = 10_000
 
 
 class KafkaAssignedConsumer(Consumer):
@@ -75,15 +73,7 @@ class KafkaAssignedConsumer(Consumer):
         if not self._assigned:
             return []
         await self._prepare()
-        try:
-            data = await self._kafka.getmany(timeout_ms=int(max_wait * 1000), max_records=MAX_RECORDS_PER_FETCH)
-        except KafkaError as exc:
-            raise StreamkitError(f"reading {describe_partitions(self._assigned)} failed: "
-                                 f"{type(exc).__name__}: {exc}") from exc
-        out = []
-        for ktp, records in data.items():
-            if records:
-                out.append(FetchedBatch(ktp.topic, ktp.partition, to_raw_records(records)))
+        out = await fetch_batches(self._kafka, max_wait, f"reading {describe_partitions(self._assigned)}")
         # The position can be past the last record (transaction markers, aborted data).
         for tp in self._assigned:
             self._positions[tp] = await self._kafka.position(KafkaTopicPartition(*tp))

@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTopicPartition
-from aiokafka.errors import (CommitFailedError, IllegalGenerationError, IllegalStateError, KafkaError,
+from aiokafka.errors import (CommitFailedError, IllegalGenerationError, IllegalStateError,
                              RebalanceInProgressError, UnknownMemberIdError)
 
 from ...errors import RebalanceInProgressError as GroupRebalancing
@@ -24,13 +24,12 @@ from .assignor import MemberState, TaskAssignor, plan_fingerprint
 from .config import KafkaClientConfig
 from .connect import start_with_retry
 from .consumer import committed_offsets, describe_partitions
-from .records import to_raw_records
+from .records import fetch_batches
 
 log = logging.getLogger(__name__)
 
 REVOKE_TIMEOUT = 60.0  # s the rebalance waits for the worker to commit revoked tasks
 COMMIT_TIMEOUT = 15.0  # s an offset commit may take before the worker gives up with an error
-MAX_RECORDS_PER_FETCH = 10_000
 _MIGRATED = (CommitFailedError, IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError)
 
 
@@ -78,13 +77,8 @@ class KafkaGroupConsumer(Consumer):
     async def fetch(self, max_wait: float) -> List[FetchedBatch]:
         if self._seeks:
             await self._apply_seeks()
-        try:
-            data = await self._kafka.getmany(timeout_ms=int(max_wait * 1000), max_records=MAX_RECORDS_PER_FETCH)
-        except KafkaError as exc:
-            raise StreamkitError(f"group {self._group}: fetching {describe_partitions(self._kafka.assignment())} "
-                                 f"failed: {type(exc).__name__}: {exc}") from exc
-        return [FetchedBatch(ktp.topic, ktp.partition, to_raw_records(records))
-                for ktp, records in data.items() if records]
+        return await fetch_batches(self._kafka, max_wait, f"group {self._group}: fetching "
+                                   f"{describe_partitions(self._kafka.assignment())}")
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         if not offsets:
