@@ -11,10 +11,15 @@ from .errors import (ConfigError, RecordError, SerializationError, StreamkitErro
                      UserFunctionError)
 from .processor import ProcessorContext, Punctuation
 from .topics import TopicSpec
+from .windowing import (HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, Windowed,
+                        WindowedSerde)
+from .windowing.suppressed import Suppressed
 
 __all__ = [
     "App", "StreamsBuilder", "Stream", "BranchedStream", "GroupedStream", "GroupedTable", "Table",
     "ProcessorContext", "Punctuation", "TopicSpec", "serdes", "stores",
+    "TumblingWindows", "HoppingWindows", "SlidingWindows", "SessionWindows", "Windowed", "WindowedSerde",
+    "Suppressed",
     "StreamkitError", "ConfigError", "TopologyError", "SerializationError", "RecordError", "UserFunctionError",
 ]
 __version__ = "0.1.0"

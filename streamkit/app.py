@@ -61,6 +61,13 @@ class App:
     ``--config`` TOML file and ``STREAMKIT_KAFKA_*`` variables. With
     ``num_standby_replicas=N``, N other workers keep warm copies of each task's
     stores, so a failover restores only the changelog's tail.
+
+    Windows: stream time moves only with records, so when input stops, the last
+    windows never close. ``close_idle_windows_after=timedelta(...)`` (also settable per
+    windowed operation) lets a task that received no record for that long (wall
+    clock) advance its stream time by the idle wall-clock time, closing windows and
+    releasing suppressed results; each advance is written to the changelog, so a
+    restart does not undo it. Off by default, as in Kafka Streams.
     """
 
     def __init__(self, app_id: str, *, broker: Optional[str] = None,
@@ -70,7 +77,8 @@ class App:
                  deserialization_error_handler: str = "fail", processing_error_handler: str = "fail",
                  state_dir: Optional[str] = None, store_backend: str = "rocksdb", caching: bool = True,
                  cache_max_bytes: int = 10 * 1024 * 1024, num_standby_replicas: int = 0,
-                 kafka_config: Optional[Mapping[str, Any]] = None) -> None:
+                 kafka_config: Optional[Mapping[str, Any]] = None,
+                 close_idle_windows_after: Optional[timedelta] = None) -> None:
         if not isinstance(app_id, str) or not _APP_ID.match(app_id):
             raise ConfigError(f"app id {app_id!r} is invalid: use 1-200 of the characters [A-Za-z0-9._-]")
         if processing_guarantee not in GUARANTEES:
@@ -82,6 +90,9 @@ class App:
             raise ConfigError(f"store_backend={store_backend!r}: use one of {', '.join(BACKENDS)}")
         if not isinstance(cache_max_bytes, int) or cache_max_bytes < 0:
             raise ConfigError(f"cache_max_bytes must be a non-negative int, got {cache_max_bytes!r}")
+        if close_idle_windows_after is not None and (not isinstance(close_idle_windows_after, timedelta)
+                                                     or close_idle_windows_after <= timedelta(0)):
+            raise ConfigError(f"close_idle_windows_after must be a positive timedelta, got {close_idle_windows_after!r}")
         if not isinstance(num_standby_replicas, int) or num_standby_replicas < 0:
             raise ConfigError(f"num_standby_replicas must be a non-negative int, got {num_standby_replicas!r}")
         self.id = app_id
@@ -100,6 +111,9 @@ class App:
         self.store_backend = store_backend
         self.caching = caching
         self.cache_max_bytes = cache_max_bytes
+        self.close_idle_windows_after_ms: Optional[int] = (
+            None if close_idle_windows_after is None else close_idle_windows_after // timedelta(milliseconds=1))
+        """Default of the windowed operations' ``close_idle_windows_after`` (off when None)."""
         self._topics: Dict[str, TopicSpec] = {}
         self._topology_fns: List[Callable[[StreamsBuilder], None]] = []
         self._topology: Optional[Topology] = None

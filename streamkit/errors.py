@@ -61,3 +61,8 @@ class RebalanceInProgressError(StreamkitError):
 class TaskMigratedError(StreamkitError):
     """This worker lost tasks to another member of its group (a rebalance it missed, or a
     newer producer fenced it). The tasks' uncommitted work is discarded, never committed."""
+
+
+class SuppressionBufferFullError(StreamkitError):
+    """A strict suppression buffer (``until_window_closes``) reached its bound: emitting
+    early would break its promise of final results, so the task stops."""

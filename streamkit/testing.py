@@ -70,7 +70,8 @@ class TopologyTestDriver:
         partitions[f"{app.id}-dlq"] = 1
         settings = TaskSettings(deserialization_error_handler=app.deserialization_error_handler,
                                 processing_error_handler=app.processing_error_handler,
-                                store_backend="memory", caching=False)
+                                store_backend="memory", caching=False,
+                                close_idle_windows_after_ms=app.close_idle_windows_after_ms)
         self._tasks: Dict[str, Task] = {}
         self._task_of_topic: Dict[str, Task] = {}
         for sub in self.topology.sub_topologies:
@@ -113,6 +114,7 @@ class TopologyTestDriver:
         finally:
             self._collector.discard()
             for task in self._tasks.values():  # a commit after every record
+                task.prepare_commit()
                 task.store_set.persist({})
 
     def _deliver(self, topic: str, records: Sequence[Tuple[Optional[bytes], Optional[bytes], int, Headers]]) -> None:

@@ -52,4 +52,4 @@ class StreamsBuilder:
         self._draft.add_store(StoreSpec(table_name, "key_value", spec.key_serde or Json(),
                                         spec.value_serde or Json(), timestamped=True), table_name)
         self._draft.append(ir.TableSourceNode(table_name, (source,), store=table_name))
-        return Table(self._draft, table_name)
+        return Table(self._draft, table_name, key_serde=spec.key_serde, value_serde=spec.value_serde)

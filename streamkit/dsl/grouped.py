@@ -41,7 +41,14 @@ class GroupedStream(_Grouped):
         self._draft.append(ir.AggregateNode(
             node, (self._parent,), store=node, operation=operation, key_serde=self._key_serde,
             value_serde=self._value_serde, initializer=initializer, aggregator=aggregator))
-        return Table(self._draft, node)
+        return Table(self._draft, node, key_serde=self._key_serde, value_serde=value_serde or Json())
+
+    def windowed_by(self, windows: Any):
+        """Aggregate per time window (``sk.TumblingWindows``, ``sk.HoppingWindows``,
+        ``sk.SlidingWindows``) or per session (``sk.SessionWindows``): the result is a
+        table keyed by ``sk.Windowed(key, start, end)``."""
+        from .windowed import windowed_by
+        return windowed_by(self._draft, self._parent, self._key_serde, self._value_serde, windows)
 
     def count(self, *, name: Optional[str] = None, changelog: bool = True) -> Table:
         """Count records per key. ``name`` names the node and its store; ``changelog=False``
@@ -77,7 +84,7 @@ class GroupedTable(_Grouped):
         self._draft.append(ir.TableAggregateNode(
             node, (self._parent,), store=node, operation=operation, key_serde=self._key_serde,
             value_serde=self._value_serde, initializer=initializer, adder=adder, subtractor=subtractor))
-        return Table(self._draft, node)
+        return Table(self._draft, node, key_serde=self._key_serde, value_serde=value_serde or Json())
 
     def count(self, *, name: Optional[str] = None, changelog: bool = True) -> Table:
         """Count rows per group; a row moving to another group moves its count."""

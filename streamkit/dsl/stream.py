@@ -25,10 +25,13 @@ class Stream:
     through an internal topic first.
     """
 
-    def __init__(self, draft: TopologyDraft, node: str, *, keyless: bool = False) -> None:
+    def __init__(self, draft: TopologyDraft, node: str, *, keyless: bool = False,
+                 key_serde_hint: Optional[Serde] = None) -> None:
         self._draft = draft
         self._node = node
         self._keyless = keyless
+        self._key_serde_hint = key_serde_hint
+        """The serde ``to()`` uses for keys by default (``Windowed`` keys of a windowed table)."""
 
     @property
     def name(self) -> str:
@@ -37,7 +40,9 @@ class Stream:
 
     def _then(self, node: ir.Node, *, keyless: Optional[bool] = None) -> "Stream":
         self._draft.append(node)
-        return Stream(self._draft, node.name, keyless=self._keyless if keyless is None else keyless)
+        hint = None if node.changes_key or isinstance(node, ir.MergeNode) else self._key_serde_hint
+        return Stream(self._draft, node.name, keyless=self._keyless if keyless is None else keyless,
+                      key_serde_hint=hint)
 
     def _named(self, name: Optional[str], kind: str) -> str:
         return self._draft.name_for(name, self._node, kind)
@@ -149,6 +154,9 @@ class Stream:
         default partitioner; records without a key stay on the task's partition."""
         check_serde(key_serde, "key_serde")
         check_serde(value_serde, "value_serde")
+        if key_serde is None and self._key_serde_hint is not None and not isinstance(topic, TopicSpec) \
+                and topic not in self._draft.declared_topics:
+            key_serde = self._key_serde_hint  # Windowed keys: JSON {"key", "start", "end"}
         spec = self._draft.resolve_topic(topic, key_serde, value_serde)
         node = self._draft.name_for(name, self._node, f"to-{spec.name}")
         self._draft.append(ir.SinkNode(node, (self._node,), topic=spec.name, key_serde=spec.key_serde,

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
-from ..serdes import Serde
+from ..errors import TopologyError
+from ..serdes import Json, Serde
+from ..stores import StoreSpec
 from ..topology import nodes as ir
 from .draft import TopologyDraft, check_callable, check_serde
 
 if TYPE_CHECKING:
+    from ..windowing.suppressed import Suppressed
     from .grouped import GroupedTable
     from .stream import Stream
 
@@ -16,9 +19,19 @@ class Table:
     """A changelog view of a keyed dataset: every update of a key is forwarded
     downstream (new value; ``None`` when the key is deleted)."""
 
-    def __init__(self, draft: TopologyDraft, node: str) -> None:
+    def __init__(self, draft: TopologyDraft, node: str, *, key_serde: Optional[Serde] = None,
+                 value_serde: Optional[Serde] = None, windows: Any = None) -> None:
         self._draft = draft
         self._node = node
+        self._key_serde = key_serde or Json()
+        self._value_serde = value_serde or Json()
+        self._windows = windows
+        """The windows of a windowed table (keys are ``Windowed``), else None."""
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the keys are ``sk.Windowed`` (the table is a windowed aggregation)."""
+        return self._windows is not None
 
     @property
     def name(self) -> str:
@@ -26,7 +39,36 @@ class Table:
 
     def _then(self, node: ir.Node) -> "Table":
         self._draft.append(node)
-        return Table(self._draft, node.name)
+        return Table(self._draft, node.name, key_serde=self._key_serde, windows=self._windows)
+
+    def _table_key_serde(self) -> Serde:
+        if self._windows is None:
+            return self._key_serde
+        from ..windowing import WindowedSerde
+        return WindowedSerde(self._key_serde)
+
+    def suppress(self, suppressed: "Suppressed", *, name: Optional[str] = None) -> "Table":
+        """Hold updates back: ``sk.Suppressed.until_window_closes()`` forwards each window's
+        final result once, when it closes; ``sk.Suppressed.until_time_limit(t)`` forwards
+        a key's latest value at most once per ``t`` of stream time. The buffer is a
+        changelogged store named like the node, so a restart neither repeats nor loses
+        a result under exactly_once."""
+        from ..windowing.suppressed import Suppressed
+
+        node = self._draft.name_for(name, self._node, "suppress")
+        if not isinstance(suppressed, Suppressed):
+            raise TopologyError(
+                f"{node}: suppress() takes sk.Suppressed.until_window_closes() or "
+                f"sk.Suppressed.until_time_limit(...), got {suppressed!r}")
+        if suppressed.final_results and self._windows is None:
+            raise TopologyError(
+                f"{node}: Suppressed.until_window_closes() needs a windowed table, but '{self._node}' is not "
+                "windowed; use group_by(...).windowed_by(...) first, or Suppressed.until_time_limit(...)")
+        self._draft.add_store(StoreSpec(node, "suppression", self._table_key_serde(), self._value_serde), node)
+        self._draft.append(ir.SuppressNode(node, (self._node,), store=node, suppressed=suppressed,
+                                           windows=self._windows))
+        return Table(self._draft, node, key_serde=self._key_serde, value_serde=self._value_serde,
+                     windows=self._windows)
 
     def filter(self, predicate: Callable[[Any, Any], bool], *, name: Optional[str] = None) -> "Table":
         """Keep rows for which ``predicate(key, value)`` holds; a row that stops matching
@@ -53,7 +95,7 @@ class Table:
 
         node = self._draft.name_for(name, self._node, "to_stream")
         self._draft.append(ir.ToStreamNode(node, (self._node,)))
-        return Stream(self._draft, node)
+        return Stream(self._draft, node, key_serde_hint=self._table_key_serde() if self._windows else None)
 
     def group_by(self, selector: Callable[[Any, Any], Tuple[Any, Any]], *,
                  key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None,

@@ -21,6 +21,8 @@ class TaskSettings:
     state_dir: Optional[str] = None
     caching: bool = False
     """Forward the latest value per key per commit instead of every update."""
+    close_idle_windows_after_ms: Optional[int] = None
+    """The app's default for windowed operations (see ``App(close_idle_windows_after=)``)."""
 
 
 def create_task(topology: Topology, sub: SubTopology, partition: int, *, partitions: Mapping[str, int],
@@ -32,4 +34,5 @@ def create_task(topology: Topology, sub: SubTopology, partition: int, *, partiti
     return Task(topology, sub, partition, stores=stores, collector=collector, partitions=partitions,
                 wall_clock=wall_clock, caching=settings.caching,
                 deserialization_error_handler=settings.deserialization_error_handler,
-                processing_error_handler=settings.processing_error_handler)
+                processing_error_handler=settings.processing_error_handler,
+                close_idle_windows_after_ms=settings.close_idle_windows_after_ms)

@@ -20,11 +20,14 @@ Compiler = Callable[[Any, Downstream, "CompileEnv"], Downstream]
 
 
 class CompileEnv:
-    """What a node compiler may use: the task context and its children by name."""
+    """What a node compiler may use: the task context and its children by name
+    (compiled, and as IR nodes)."""
 
-    def __init__(self, task: TaskContext, children: Mapping[str, Downstream]) -> None:
+    def __init__(self, task: TaskContext, children: Mapping[str, Downstream],
+                 child_nodes: Mapping[str, ir.Node]) -> None:
         self.task = task
         self.children = children
+        self.child_nodes = child_nodes
 
 
 def _noop(key: Any, value: Any, timestamp: int) -> None:
@@ -51,13 +54,18 @@ def compile_sub_topology(topology: Topology, sub: SubTopology, task: TaskContext
         node = topology.nodes[name]
         children = {child: compiled[child] for child in topology.children[name]}
         downstream = fan_out(list(children.values()))
-        compiled[name] = COMPILERS[type(node)](node, downstream, CompileEnv(task, children))
+        child_nodes = {child: topology.nodes[child] for child in children}
+        compiled[name] = COMPILERS[type(node)](node, downstream, CompileEnv(task, children, child_nodes))
     return {name: compiled[name] for name in sub.node_names
             if isinstance(topology.nodes[name], ir.SourceNode)}
 
 
-def _user_error(node: str, exc: Exception) -> UserFunctionError:
+def user_error(node: str, exc: Exception) -> UserFunctionError:
+    """``exc`` raised by the user function of ``node``, named for the error handlers."""
     return UserFunctionError(node, exc)
+
+
+_user_error = user_error
 
 
 def compile_source(node: ir.SourceNode, downstream: Downstream, env: CompileEnv) -> Downstream:
@@ -443,3 +451,13 @@ COMPILERS: Dict[type, Compiler] = {
     ir.TableGroupByNode: compile_table_group_by,
     ir.TableAggregateNode: compile_table_aggregate,
 }
+
+# Compilers of windowed operations live in their own modules (they import this one).
+from .suppression import compile_suppress  # noqa: E402
+from .windowed_aggregates import compile_session_aggregate, compile_windowed_aggregate  # noqa: E402
+
+COMPILERS.update({
+    ir.WindowedAggregateNode: compile_windowed_aggregate,
+    ir.SessionAggregateNode: compile_session_aggregate,
+    ir.SuppressNode: compile_suppress,
+})

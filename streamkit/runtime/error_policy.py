@@ -12,7 +12,7 @@ import logging
 import traceback
 from typing import Optional
 
-from ..errors import ConfigError, RecordError, TopologyError, UserFunctionError
+from ..errors import ConfigError, RecordError, SuppressionBufferFullError, TopologyError, UserFunctionError
 from ..transport.base import RawRecord
 from .collector import RecordCollector
 from .metrics import TaskMetrics
@@ -49,8 +49,8 @@ class ErrorPolicy:
 
     def processing_failed(self, topic: str, partition: int, record: Optional[RawRecord],
                           exc: BaseException) -> None:
-        if isinstance(exc, (TopologyError, ConfigError)):
-            raise exc  # a mistake in the app, not in the record: no handler may skip it
+        if isinstance(exc, (TopologyError, ConfigError, SuppressionBufferFullError)):
+            raise exc  # a mistake in the app or its limits, not in the record: no handler may skip it
         node = exc.node if isinstance(exc, UserFunctionError) else None
         cause = exc.cause if isinstance(exc, UserFunctionError) else exc
         if record is None:  # inside a punctuation: there is no record to skip

@@ -13,6 +13,10 @@ class TaskMetrics:
     null_key_records_dropped: int = 0
     """Records with a ``None`` key dropped before a key-based aggregation."""
     punctuations: int = 0
+    late_records_dropped: int = 0
+    """Records whose windows had all closed when they arrived (see late_records_topic)."""
+    idle_stream_time_advances: int = 0
+    """Times stream time was advanced by the wall clock because the task's input was idle."""
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, List
+from typing import Callable, List, Protocol
 
 from ..processor import Cancellable, Punctuation
 
@@ -28,6 +28,15 @@ class Schedule(Cancellable):
         return (self.owner, code, self.interval_ms, self.kind)
 
 
+class StreamTimeWatcher(Protocol):
+    """Something that acts when stream time reaches a point (a suppression's next due
+    result): the task calls ``on_stream_time`` once stream time >= ``next_due()``."""
+
+    def next_due(self) -> float: ...
+
+    def on_stream_time(self, stream_time: int) -> None: ...
+
+
 class PunctuationQueue:
     """The schedules of one task, fired in order of due time.
 
@@ -39,7 +48,20 @@ class PunctuationQueue:
 
     def __init__(self) -> None:
         self.schedules: List[Schedule] = []
+        self.watchers: List[StreamTimeWatcher] = []
         self.next_stream_time: float = math.inf
+        """When the task must next call ``fire(STREAM_TIME, ...)``: the earliest due schedule or watcher."""
+
+    def watch(self, watcher: StreamTimeWatcher) -> None:
+        """Call ``watcher`` as stream time reaches its due times; it is first asked on the
+        next record (its state may still be restoring now)."""
+        self.watchers.append(watcher)
+        self.next_stream_time = -math.inf
+
+    def due_at(self, stream_time: float) -> None:
+        """A watcher's next due time moved earlier."""
+        if stream_time < self.next_stream_time:
+            self.next_stream_time = stream_time
 
     def add(self, schedule: Schedule) -> Schedule:
         for existing in self.schedules:
@@ -52,6 +74,7 @@ class PunctuationQueue:
     def _refresh(self) -> None:
         self.schedules = [s for s in self.schedules if not s.cancelled]
         due = [s.next_at for s in self.schedules if s.kind is Punctuation.STREAM_TIME]
+        due.extend(watcher.next_due() for watcher in self.watchers)
         self.next_stream_time = min(due, default=math.inf)
 
     def fire(self, kind: Punctuation, now: int) -> int:
@@ -67,5 +90,9 @@ class PunctuationQueue:
                 else:
                     missed = (now - schedule.next_at) // schedule.interval_ms
                     schedule.next_at += (missed + 1) * schedule.interval_ms
+        if kind is Punctuation.STREAM_TIME:
+            for watcher in self.watchers:
+                if watcher.next_due() <= now:
+                    watcher.on_stream_time(now)
         self._refresh()
         return fired

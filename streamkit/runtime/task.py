@@ -11,7 +11,7 @@ from ..state.task_stores import TaskStores
 from ..stores import KeyValueStore
 from ..topology import Topology
 from ..topology.model import SubTopology
-from ..topology.nodes import SourceNode
+from ..topology.nodes import SessionAggregateNode, SourceNode, SuppressNode, WindowedAggregateNode
 from ..transport.base import RawRecord, TopicPartition
 from .collector import RecordCollector
 from .compiler import compile_sub_topology
@@ -46,7 +46,8 @@ class Task:
     def __init__(self, topology: Topology, sub: SubTopology, partition: int, *,
                  stores: TaskStores, collector: RecordCollector,
                  partitions: Mapping[str, int], wall_clock: Callable[[], int], caching: bool = False,
-                 deserialization_error_handler: str = "fail", processing_error_handler: str = "fail") -> None:
+                 deserialization_error_handler: str = "fail", processing_error_handler: str = "fail",
+                 close_idle_windows_after_ms: Optional[int] = None) -> None:
         self.id = task_id(sub.id, partition)
         self.sub_topology = sub
         self.partition = partition
@@ -66,6 +67,10 @@ class Task:
         self.rebuild_until: Dict[str, int] = {}
         """Per input topic: offsets below this were processed before; re-reading them
         rebuilds state with every sink muted (see :meth:`rebuild_from_input`)."""
+        self.idle_close_ms = _idle_close_ms(topology, sub, close_idle_windows_after_ms)
+        """Advance stream time by the wall clock after this long without input (None: never)."""
+        self._last_input = self._idle_mark = wall_clock()
+        self._stream_time_recovered = False
         entries = compile_sub_topology(topology, sub, self.context)
         self._loops: Dict[str, SourceLoop] = {}
         for topic, node in topology.source_nodes(sub).items():
@@ -84,6 +89,10 @@ class Task:
         """Process a batch of records of ``topic`` (this task's partition), in offset order."""
         if not records:
             return
+        if not self._stream_time_recovered:
+            self._recover_stream_time()
+        if self.idle_close_ms is not None:
+            self._last_input = self._idle_mark = self.context.wall_clock()
         position = records[-1][0] + 1
         if self.rebuild_until:
             # Offsets up to the old commit were processed before: never commit below it.
@@ -115,10 +124,46 @@ class Task:
             self._loops[topic](records[split:])
 
     def punctuate_wall_clock(self) -> int:
-        """Fire due wall-clock punctuations; return how many ran."""
+        """Fire due wall-clock punctuations and, for an idle task with
+        ``close_idle_windows_after``, advance its stream time; return how many punctuations ran."""
+        if self.idle_close_ms is not None:
+            self._advance_idle_stream_time()
         if not self.context.punctuations.schedules:
             return 0
         return self.context.punctuations.fire(Punctuation.WALL_CLOCK, self.context.wall_clock())
+
+    def _advance_idle_stream_time(self) -> None:
+        """After ``idle_close_ms`` of wall-clock time without input, stream time moves on by the
+        wall-clock time that passed, so windows close and suppressed results go out. The new
+        stream time is written to the windowed stores' changelogs at the next commit."""
+        now = self.context.wall_clock()
+        if now - self._last_input < self.idle_close_ms or now <= self._idle_mark:  # type: ignore[operator]
+            return
+        if not self._stream_time_recovered:
+            self._recover_stream_time()
+        ctx = self.context
+        if ctx.stream_time < 0:
+            return  # no record yet: no window to close
+        ctx.stream_time += now - self._idle_mark
+        self._idle_mark = now
+        self.metrics.idle_stream_time_advances += 1
+        log.debug("task %s: input idle for %d ms: stream time advanced to %d", self.id, now - self._last_input,
+                  ctx.stream_time)
+        if ctx.stream_time >= ctx.punctuations.next_stream_time:
+            ctx.punctuations.fire(Punctuation.STREAM_TIME, ctx.stream_time)
+
+    def _recover_stream_time(self) -> None:
+        """Resume at the stream time the restored windowed stores recorded."""
+        self._stream_time_recovered = True
+        recorded = self.store_set.stream_time()
+        if recorded > self.context.stream_time:
+            self.context.stream_time = recorded
+
+    def prepare_commit(self) -> None:
+        """Step 1 of a commit: record stream time in the windowed stores, flush the caches."""
+        if self.context.stream_time >= 0:
+            self.store_set.record_stream_time(self.context.stream_time)
+        self.store_set.flush()
 
     def _source_loop(self, node: SourceNode, chain: Callable[[Any, Any, int], None]) -> SourceLoop:
         ctx = self.context
@@ -162,6 +207,19 @@ class Task:
             metrics.records_processed += len(records)
             ctx.record = None
         return run
+
+
+def _idle_close_ms(topology: Topology, sub: SubTopology, app_default_ms: Optional[int]) -> Optional[int]:
+    """The shortest ``close_idle_windows_after`` of the task's windowed operations (the
+    app's default for those that set none); None if no window should close by idleness."""
+    values = []
+    for name in sub.node_names:
+        node = topology.nodes[name]
+        if isinstance(node, (WindowedAggregateNode, SessionAggregateNode, SuppressNode)):
+            value = getattr(node, "close_idle_after_ms", None) or app_default_ms
+            if value is not None:
+                values.append(value)
+    return min(values, default=None)
 
 
 def _named_extractor(node: SourceNode) -> Optional[Callable[[Any, Any], Any]]:

@@ -110,7 +110,8 @@ class Worker:
             self.settings = TaskSettings(
                 deserialization_error_handler=app.deserialization_error_handler,
                 processing_error_handler=app.processing_error_handler,
-                store_backend=app.store_backend, state_dir=self._state.path, caching=app.caching)
+                store_backend=app.store_backend, state_dir=self._state.path, caching=app.caching,
+                close_idle_windows_after_ms=app.close_idle_windows_after_ms)
             self._consumer = self._membership.consumer() or transport.consumer(app.id, read_committed=True)
             self._restore_consumer = _reader(transport, app.id)
             self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app.id))
@@ -362,7 +363,8 @@ class Worker:
     async def _commit(self) -> None:
         """Commit every task. Under exactly_once, a crash at any point is safe:
 
-        1. Flush the record caches: forward each key's latest value downstream.
+        1. Record each task's stream time in its windowed stores; flush the record caches:
+           forward each key's latest value downstream.
         2. Write one changelog record per key each store changed since the last commit.
         3. Send all buffered output and changelog records (inside the transaction).
         4. exactly_once: commit the transaction with the tasks' input offsets: outputs,
@@ -381,7 +383,7 @@ class Worker:
         self._commit_deferred = False
         # Step 1.
         for task in self.tasks.values():
-            task.store_set.flush()
+            task.prepare_commit()
         # Step 2.
         for task in self.tasks.values():
             for topic, partition, records in task.store_set.changelog_batches(max(task.stream_time, 0)):

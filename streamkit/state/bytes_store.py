@@ -21,6 +21,10 @@ class BytesStore(abc.ABC):
         """Write ``entries`` (None deletes) and record ``changelog_offset``, all or nothing."""
 
     @abc.abstractmethod
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """Delete every entry with start <= key < end (the changelog offset stays)."""
+
+    @abc.abstractmethod
     def changelog_offset(self) -> Optional[int]:
         """The changelog offset the contents reflect (the next one to replay), if known."""
 

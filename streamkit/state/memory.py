@@ -32,6 +32,20 @@ class InMemoryBytesStore(BytesStore):
         if changelog_offset is not None:
             self._offset = changelog_offset
 
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        if start >= end:
+            return
+        if self._sorted is None:
+            self._sorted = sorted(self._data)
+        keys = self._sorted
+        lo, hi = bisect.bisect_left(keys, start), bisect.bisect_left(keys, end)
+        if lo == hi:
+            return
+        data = self._data
+        for key in keys[lo:hi]:
+            del data[key]
+        self._sorted = None
+
     def changelog_offset(self) -> Optional[int]:
         return self._offset
 

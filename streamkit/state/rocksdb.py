@@ -92,6 +92,10 @@ class RocksDBBytesStore(BytesStore):
             batch.put(_OFFSET_KEY, _OFFSET.pack(changelog_offset), self._meta)
         self._db.write(batch)
 
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        if start < end:  # RocksDB rejects an inverted range
+            self._db.delete_range(start, end)
+
     def changelog_offset(self) -> Optional[int]:
         raw = self._meta_cf.get(_OFFSET_KEY)
         if raw is None:

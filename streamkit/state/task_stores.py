@@ -4,28 +4,35 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..serdes import Json
-from ..stores import KeyValueStore, StoreSpec
+from ..stores import WINDOWED_KINDS, StoreSpec
 from ..transport.base import OutgoingRecord, TopicPartition
 from .bytes_store import BytesStore
 from .memory import InMemoryBytesStore
 from .rocksdb import RocksDBBytesStore
+from .segmented import SegmentedBytesStore
 from .serialized import SerializedKeyValueStore
+from .session_store import SessionStore, session_time_of
+from .suppression_buffer import SuppressionBuffer
 from .timestamped import TimestampedKeyValueStore
+from .window_store import WindowStore, window_time_of
 from .write_buffer import WriteBuffer
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("rocksdb", "memory")
+TIME_TRACKING_KINDS = ("window", "session", "suppression")
+"""Stores that record their task's stream time (a restart must not reopen closed windows)."""
 
 
 @dataclass
 class OpenStore:
     spec: StoreSpec
     buffer: WriteBuffer
-    store: KeyValueStore
+    store: Any
+    """A KeyValueStore, WindowStore, SessionStore or SuppressionBuffer, by the spec's kind."""
     changelog: Optional[TopicPartition]
     """Where the store is logged; None when its changelog is off."""
     rebuilt: Optional[str] = None
@@ -39,7 +46,18 @@ class TaskStores:
 
     def __init__(self, stores: List[OpenStore]) -> None:
         self.open_stores = stores
-        self.by_name: Dict[str, KeyValueStore] = {s.spec.name: s.store for s in stores}
+        self.by_name: Dict[str, Any] = {s.spec.name: s.store for s in stores}
+        self._timed = [s.store for s in stores if s.spec.kind in TIME_TRACKING_KINDS]
+
+    def stream_time(self) -> int:
+        """The stream time the task's windowed stores reflect (-1 if none recorded one)."""
+        return max((store.stream_time() for store in self._timed), default=-1)
+
+    def record_stream_time(self, stream_time: int) -> None:
+        """Write the task's stream time into its windowed stores (and so their changelogs), with
+        the commit: a restarted task resumes at it, so windows closed before stay closed."""
+        for store in self._timed:
+            store.record_stream_time(stream_time)
 
     @property
     def pending_bytes(self) -> int:
@@ -72,6 +90,8 @@ class TaskStores:
             store.buffer.discard()
             store.buffer.forget_cached()
             store.buffer.persistent.reset()
+            if isinstance(store.store, SuppressionBuffer):
+                store.store.reset_index()
 
     @property
     def lost_unlogged(self) -> List[str]:
@@ -105,12 +125,35 @@ def open_task_stores(specs: Iterable[StoreSpec], *, app_id: str, task_id: str, p
         path = os.path.join(state_dir, task_id, spec.name) if state_dir else None
         existed = backend != "memory" and path is not None and os.path.isdir(path)
         persistent, rebuilt = open_bytes_store(backend, path)
+        if spec.kind in WINDOWED_KINDS:
+            assert spec.retention_ms is not None
+            persistent = SegmentedBytesStore(
+                persistent, retention_ms=spec.retention_ms, segment_interval_ms=segment_interval(spec.retention_ms),
+                time_of=window_time_of if spec.kind == "window" else session_time_of)
         buffer = WriteBuffer(spec.name, persistent)
-        store_class = TimestampedKeyValueStore if spec.timestamped else SerializedKeyValueStore
-        store = store_class(spec.name, buffer, spec.key_serde or Json(), spec.value_serde or Json())
+        store = _typed_store(spec, buffer)
         changelog = TopicPartition(changelog_topic(app_id, spec.name), partition) if spec.changelog else None
         opened.append(OpenStore(spec, buffer, store, changelog, rebuilt, created=not existed or rebuilt is not None))
     return TaskStores(opened)
+
+
+def segment_interval(retention_ms: int) -> int:
+    """Windows are dropped a segment at a time: about three segments span the retention."""
+    return max(retention_ms // 2, 1)
+
+
+def _typed_store(spec: StoreSpec, buffer: WriteBuffer) -> Any:
+    key_serde, value_serde = spec.key_serde or Json(), spec.value_serde or Json()
+    if spec.kind == "window":
+        assert spec.window_size_ms is not None
+        return WindowStore(spec.name, buffer, key_serde, value_serde, window_size_ms=spec.window_size_ms,
+                           with_first_timestamp=spec.with_first_timestamp)
+    if spec.kind == "session":
+        return SessionStore(spec.name, buffer, key_serde, value_serde)
+    if spec.kind == "suppression":
+        return SuppressionBuffer(spec.name, buffer, key_serde, value_serde)
+    store_class = TimestampedKeyValueStore if spec.timestamped else SerializedKeyValueStore
+    return store_class(spec.name, buffer, key_serde, value_serde)
 
 
 def changelog_topic(app_id: str, store: str) -> str:

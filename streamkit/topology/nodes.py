@@ -242,6 +242,73 @@ class TableAggregateNode(Node):
         return (self.store,)
 
 
+@dataclass(frozen=True)
+class WindowedAggregateNode(Node):
+    """count/reduce/aggregate of a grouped stream per time window (tumbling, hopping or
+    sliding); emits every update of a window as a Change keyed by ``Windowed``.
+
+    A record whose every window is closed is late: dropped, counted, and written to
+    ``late_records_topic`` when set.
+    """
+
+    store: str = ""
+    operation: str = "aggregate"
+    windows: Any = None  # streamkit.windowing.Windows, not a session window
+    key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    initializer: Optional[Callable[[], Any]] = None
+    aggregator: Optional[Callable[..., Any]] = None
+    late_records_topic: Optional[str] = None
+    close_idle_after_ms: Optional[int] = None
+    kind: ClassVar[str] = "windowed_aggregate"
+    stateful: ClassVar[bool] = True
+    emits_changes: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store,)
+
+
+@dataclass(frozen=True)
+class SessionAggregateNode(Node):
+    """count/reduce/aggregate of a grouped stream per session. A record bridging sessions
+    merges them (``merger``); each merged-away session is retracted downstream."""
+
+    store: str = ""
+    operation: str = "aggregate"
+    windows: Any = None  # streamkit.windowing.SessionWindows
+    key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    initializer: Optional[Callable[[], Any]] = None
+    aggregator: Optional[Callable[..., Any]] = None
+    merger: Optional[Callable[..., Any]] = None
+    late_records_topic: Optional[str] = None
+    close_idle_after_ms: Optional[int] = None
+    kind: ClassVar[str] = "session_aggregate"
+    stateful: ClassVar[bool] = True
+    emits_changes: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store,)
+
+
+@dataclass(frozen=True)
+class SuppressNode(Node):
+    """Holds back table updates in a changelogged buffer: until the window closes
+    (one final result per window) or for a time limit per key (rate limiting)."""
+
+    store: str = ""
+    suppressed: Any = None  # streamkit.windowing.Suppressed
+    windows: Any = None  # the upstream windows, for until_window_closes
+    kind: ClassVar[str] = "suppress"
+    emits_changes: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store,)
+
+
 class Change:
     """A table update: the key's ``new`` and ``old`` value (``None`` = absent)."""
 

@@ -6,7 +6,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 
 from ..errors import TopologyError
 from ..serdes import Bytes, Json
-from ..stores import StoreSpec
+from ..stores import WINDOWED_KINDS, StoreSpec
 from ..topics import TopicSpec
 from .change_serde import ChangeSerde
 from .model import SubTopology, Topology
@@ -33,8 +33,7 @@ def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, Stor
     for store in stores.values():
         if store.changelog:
             topic = f"{app_id}-{store.name}-changelog"
-            all_topics[topic] = TopicSpec(topic, Bytes(), Bytes(), config={"cleanup.policy": "compact"},
-                                          internal=True)
+            all_topics[topic] = TopicSpec(topic, Bytes(), Bytes(), config=changelog_config(store), internal=True)
     children: Dict[str, List[str]] = {n.name: [] for n in physical}
     for node in physical:
         for parent in node.parents:
@@ -48,6 +47,20 @@ def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, Stor
         stores=dict(stores),
         topics=all_topics,
     )
+
+
+CHANGELOG_EXTRA_RETENTION_MS = 24 * 60 * 60 * 1000
+"""How much longer than its store a window changelog keeps records (Kafka Streams' default)."""
+
+
+def changelog_config(store: StoreSpec) -> Dict[str, str]:
+    """A changelog is compacted; a window or session store's is also deleted after the
+    store's retention (plus a day), as its windows are dropped by then anyway."""
+    if store.kind in WINDOWED_KINDS:
+        assert store.retention_ms is not None
+        return {"cleanup.policy": "compact,delete",
+                "retention.ms": str(store.retention_ms + CHANGELOG_EXTRA_RETENTION_MS)}
+    return {"cleanup.policy": "compact"}
 
 
 def check_unique_sources(nodes: Sequence[Node]) -> None:
@@ -190,9 +203,12 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
             for topic in sub.source_topics:
                 counts[topic] = known(topic)  # type: ignore[assignment]
             tasks = max(counts[t] for t in sub.source_topics)
-            for node in topology.sink_nodes(sub):
-                count = known(node.topic)
-                counts[node.topic] = count if count is not None else tasks
+            written = [node.topic for node in topology.sink_nodes(sub)]
+            written += [topology.nodes[name].late_records_topic for name in sub.node_names  # type: ignore[attr-defined]
+                        if getattr(topology.nodes[name], "late_records_topic", None)]
+            for topic in written:
+                count = known(topic)
+                counts[topic] = count if count is not None else tasks
             for store in sub.store_names:
                 if topology.stores[store].changelog:
                     changelog = topology.changelog_topic(store)

@@ -89,8 +89,12 @@ class _Windows:
         for sliding/session windows (closed once stream time >= end + 1 + grace).
         A record for a closed window is late.
         """
+        return stream_time_ms >= self.close_time(window_end_ms)
+
+    def close_time(self, window_end_ms: int) -> int:
+        """The stream time at which the window ending at ``window_end_ms`` closes."""
         exclusive_end = window_end_ms + 1 if self._end_inclusive else window_end_ms
-        return stream_time_ms >= exclusive_end + self._grace_ms
+        return exclusive_end + self._grace_ms
 
 
 def _aligned_windows(timestamp_ms: int, size_ms: int, advance_ms: int) -> List[Window]:

@@ -1,0 +1,80 @@
+"""Compiled suppression: table updates held in a changelogged buffer until due.
+
+``until_window_closes``: an update of window W is due when W closes (the same
+instant at which the windowed aggregation starts dropping W's records as late),
+so each window is forwarded once with its final value. ``until_time_limit``:
+a key's first held-back update is due ``time_limit`` of stream time later; later
+updates replace its value, not its due time.
+
+Due entries are forwarded when stream time reaches them: on a record (any record of
+the task, as stream time is the task's) or on an idle advance of stream time.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from ..errors import SuppressionBufferFullError
+from ..topology import nodes as ir
+from .compiler import CompileEnv, Downstream, user_error
+
+
+def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    task = env.task
+    buffer = task.stores[node.store]
+    suppressed = node.suppressed
+    key_serialize, key_deserialize = buffer.key_serde.serialize, buffer.key_serde.deserialize
+    value_serialize, value_deserialize = buffer.value_serde.serialize, buffer.value_serde.deserialize
+    final, limit_ms = suppressed.final_results, suppressed.time_limit_ms
+    max_records = suppressed.max_records or math.inf
+    max_bytes = suppressed.max_bytes or math.inf
+    close_time = node.windows.close_time if final else None
+    name = node.name
+    Change = ir.Change
+
+    def emit(key_bytes: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
+        new_value = None if new is None else value_deserialize(new)
+        old_value = None if old is None else value_deserialize(old)
+        downstream(key_deserialize(key_bytes), Change(new_value, old_value), timestamp)
+
+    class Watcher:
+        ready = False
+
+        def next_due(self) -> float:
+            return buffer.next_due() if self.ready else -math.inf
+
+        def on_stream_time(self, stream_time: int) -> None:
+            self.ready = True
+            buffer.evict_due(stream_time, emit)
+
+    watcher = Watcher()
+    task.punctuations.watch(watcher)
+
+    def suppress(key: Any, change: ir.Change, timestamp: int) -> None:
+        stream_time = task.stream_time
+        due = close_time(key.end) if final else stream_time + limit_ms  # type: ignore[misc]
+        if final and due <= stream_time:
+            # Only a session merged into a newer one is retracted after it closed: its final
+            # result went out already, so the retraction must too.
+            downstream(key, change, timestamp)
+            return
+        try:
+            key_bytes = key_serialize(key)
+            new = None if change.new is None else value_serialize(change.new)
+            old = None if change.old is None else value_serialize(change.old)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+        buffer.put(key_bytes, due, timestamp, new, old)
+        while buffer.count > max_records or buffer.size_bytes > max_bytes:
+            if final:
+                raise SuppressionBufferFullError(
+                    f"suppression '{name}' (task {task.task_id}) holds {buffer.count} window results "
+                    f"({buffer.size_bytes} bytes), over its bound (max_records={suppressed.max_records}, "
+                    f"max_bytes={suppressed.max_bytes}): until_window_closes never emits early; raise the "
+                    "bound, or shorten the windows or their grace")
+            buffer.evict_oldest(emit)
+        if due <= stream_time:
+            buffer.evict_due(stream_time, emit)
+        elif watcher.ready:
+            task.punctuations.due_at(due)
+    return suppress

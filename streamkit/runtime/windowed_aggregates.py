@@ -1,0 +1,259 @@
+"""Compiled windowed aggregations: tumbling/hopping, sliding and session windows.
+
+Each keeps its windows in a window (or session) store keyed by the grouping key's
+bytes and the window, and forwards every update as ``Change(new, old)`` keyed by
+``Windowed(key, start, end)`` (once per commit per window with caching on, unless
+a suppression follows: the suppression buffer is the cache then). A window
+accepts records until stream time reaches its end plus grace; a record with no
+open window left is late (see :mod:`late_records`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Tuple
+
+from ..topology import nodes as ir
+from ..windowing import Windowed
+from .compiler import CompileEnv, Downstream, user_error
+from .late_records import LateRecords
+
+Step = Callable[[Any, Any, Any], Any]
+
+
+def _forwards_each(node: ir.Node, store: Any, downstream: Downstream, env: CompileEnv) -> bool:
+    """Whether to forward every update (caching off, or a suppression follows); else the
+    store forwards each changed window once per commit, when it is flushed."""
+    if not env.task.caching or any(isinstance(child, ir.SuppressNode) for child in env.child_nodes.values()):
+        return True
+    store.on_flush(lambda windowed, new, old, timestamp: downstream(windowed, ir.Change(new, old), timestamp))
+    return False
+
+
+def _add_step(node: Any) -> Step:
+    """``step(key, value, aggregate_or_None) -> new aggregate`` for one record."""
+    name, aggregator, initializer = node.name, node.aggregator, node.initializer
+    if node.operation == "count":
+        return lambda key, value, old: 1 if old is None else old + 1
+    if node.operation == "reduce":
+        def reduce_step(key: Any, value: Any, old: Any) -> Any:
+            if old is None:
+                return value
+            try:
+                return aggregator(old, value)
+            except Exception as exc:
+                raise user_error(name, exc) from exc
+        return reduce_step
+
+    def aggregate_step(key: Any, value: Any, old: Any) -> Any:
+        try:
+            return aggregator(key, value, initializer() if old is None else old)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+    return aggregate_step
+
+
+def _serialize_key(store: Any, name: str) -> Callable[[Any], bytes]:
+    serialize = store.serialize_key
+
+    def key_bytes(key: Any) -> bytes:
+        try:
+            return serialize(key)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+    return key_bytes
+
+
+def compile_windowed_aggregate(node: ir.WindowedAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    from ..windowing import SlidingWindows
+    if isinstance(node.windows, SlidingWindows):
+        return _compile_sliding(node, downstream, env)
+    return _compile_fixed(node, downstream, env)
+
+
+def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    """Tumbling and hopping windows: a record updates each open window holding it."""
+    task = env.task
+    store = task.stores[node.store]
+    forward_each = _forwards_each(node, store, downstream, env)
+    key_bytes = _serialize_key(store, node.name)
+    get, put = store.get_serialized, store.put_serialized
+    step = _add_step(node)
+    windows = node.windows
+    size, advance, grace = windows.size_ms, windows.advance_ms, windows.grace_ms
+    windows_for = windows.windows_for
+    late = LateRecords(task, node.name, node.late_records_topic)
+    metrics = task.metrics
+    Change = ir.Change
+
+    def update(key: Any, kb: bytes, value: Any, timestamp: int, start: int, end: int) -> None:
+        prior = get(kb, start)
+        if prior is None:
+            old = None
+            result_time = timestamp
+        else:
+            old, result_time = prior
+            if timestamp > result_time:
+                result_time = timestamp
+        new = step(key, value, old)
+        put(kb, start, new, result_time)
+        if forward_each:
+            downstream(Windowed(key, start, end), Change(new, old), result_time)
+
+    def windowed_aggregate(key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            metrics.null_key_records_dropped += 1
+            return
+        if value is None:
+            return
+        open_after = task.stream_time - grace  # a window ending at or before this is closed
+        if advance == size:  # tumbling: one window, no list
+            start = timestamp - timestamp % size if timestamp >= 0 else windows_for(timestamp)[0][0]
+            end = start + size
+            if end <= open_after:
+                late.drop(key, timestamp, f"[{start},{end})")
+                return
+            update(key, key_bytes(key), value, timestamp, start, end)
+            return
+        kb = None
+        for start, end in windows_for(timestamp):
+            if end <= open_after:
+                continue
+            if kb is None:
+                kb = key_bytes(key)
+            update(key, kb, value, timestamp, start, end)
+        if kb is None:
+            late.drop(key, timestamp, f"ending at or before {open_after}")
+    return windowed_aggregate
+
+
+def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    """Sliding windows (KIP-450): windows ``[start, start + d]`` defined by the records.
+
+    A new window's content is the content of an existing window: the existing window
+    whose records all lie in the new window's bounds and span the widest range (it
+    holds every record there), so no record needs to be kept. The store keeps, per
+    window, the latest and the earliest record time.
+    """
+    task = env.task
+    store = task.stores[node.store]
+    forward_each = _forwards_each(node, store, downstream, env)
+    key_bytes = _serialize_key(store, node.name)
+    scan, put = store.scan_serialized, store.put_serialized
+    step = _add_step(node)
+    windows = node.windows
+    difference, grace = windows.time_difference_ms, windows.grace_ms
+    updates_for, is_closed = windows.updates_for, windows.is_closed
+    late = LateRecords(task, node.name, node.late_records_topic)
+    metrics = task.metrics
+    Change = ir.Change
+
+    def content_of(existing: List[Tuple[int, Any, int, int]], start: int, end: int) -> Optional[Tuple[Any, int, int]]:
+        best = None
+        for _start, value, latest, earliest in existing:
+            if earliest >= start and latest <= end and (best is None or latest - earliest > best[1] - best[2]):
+                best = (value, latest, earliest)
+        return best
+
+    def sliding_aggregate(key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            metrics.null_key_records_dropped += 1
+            return
+        if value is None:
+            return
+        stream_time = task.stream_time
+        if is_closed(timestamp + difference, stream_time):
+            late.drop(key, timestamp, f"[{max(0, timestamp - difference)},{timestamp + difference}]")
+            return
+        kb = key_bytes(key)
+        existing = [(start, v, latest, earliest)
+                    for start, v, latest, earliest in scan(kb, max(0, timestamp - 2 * difference - 1),
+                                                          timestamp + difference + 1)]
+        by_start = {entry[0]: entry for entry in existing}
+        seen = sorted({t for entry in existing for t in (entry[2], entry[3])})
+        for update in updates_for(seen, timestamp):
+            start, end = update.start, update.end
+            if is_closed(end, stream_time):
+                continue
+            if update.created:
+                content = content_of(existing, start, end)
+                old = None
+                if content is None:
+                    base, latest, earliest = None, -1, timestamp
+                else:
+                    base, latest, earliest = content
+            else:
+                _start, old, latest, earliest = by_start[start]
+                base = old
+            if update.includes_record:
+                new = step(key, value, base)
+                latest = max(latest, timestamp)
+                earliest = min(earliest, timestamp)
+            else:
+                new = base
+                if new is None:
+                    continue  # a right window always holds a later record; nothing to create otherwise
+            put(kb, start, new, latest, earliest)
+            if forward_each:
+                downstream(Windowed(key, start, end), Change(new, old), latest)
+    return sliding_aggregate
+
+
+def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    """Sessions: a record merges every session within the inactivity gap into one; each
+    merged-away session is deleted and retracted downstream (``Change(None, old)``)."""
+    task = env.task
+    store = task.stores[node.store]
+    forward_each = _forwards_each(node, store, downstream, env)
+    key_bytes = _serialize_key(store, node.name)
+    find, put, remove = store.find_serialized, store.put_serialized, store.remove_serialized
+    step = _add_step(node)
+    windows = node.windows
+    gap, is_closed = windows.inactivity_gap_ms, windows.is_closed
+    late = LateRecords(task, node.name, node.late_records_topic)
+    metrics = task.metrics
+    name, operation, merger, aggregator = node.name, node.operation, node.merger, node.aggregator
+    initializer = node.initializer
+    Change = ir.Change
+
+    def merge(key: Any, aggregate: Any, other: Any) -> Any:
+        if aggregate is None:
+            return other
+        if operation == "count":
+            return aggregate + other
+        try:
+            return aggregator(aggregate, other) if operation == "reduce" else merger(key, aggregate, other)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+
+    def session_aggregate(key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            metrics.null_key_records_dropped += 1
+            return
+        if value is None:
+            return
+        kb = key_bytes(key)
+        overlapping = list(find(kb, timestamp - gap, timestamp + gap))
+        merged = windows.merge([(start, end) for start, end, _v, _t in overlapping], timestamp)
+        if is_closed(merged.end, task.stream_time):
+            late.drop(key, timestamp, f"[{merged.start},{merged.end}]")
+            return
+        if operation == "aggregate":
+            try:
+                aggregate = initializer()
+            except Exception as exc:
+                raise user_error(name, exc) from exc
+        else:
+            aggregate = None
+        same_bounds = None
+        for start, end, session_value, _ts in overlapping:
+            aggregate = merge(key, aggregate, session_value)
+            if (start, end) == merged.window:
+                same_bounds = session_value
+            else:
+                remove(kb, start, end)
+                if forward_each:
+                    downstream(Windowed(key, start, end), Change(None, session_value), end)
+        new = step(key, value, aggregate)
+        put(kb, merged.start, merged.end, new, merged.end)
+        if forward_each:
+            downstream(Windowed(key, merged.start, merged.end), Change(new, same_bounds), merged.end)
+    return session_aggregate
