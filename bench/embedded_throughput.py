@@ -11,6 +11,10 @@ from the input, and prints events/s (from worker start to its last commit):
   count-rocksdb       the same over 100,000 keys on RocksDB, every update emitted (caching off)
   count-rocksdb-eos   count-rocksdb under exactly_once
   count-rocksdb-cache count-rocksdb with the record cache on (the default: fewer, coalesced outputs)
+  tumbling-rocksdb    60 s tumbling-window count per page (1,000 pages), RocksDB, every update emitted;
+                      event time advancing, 1% of the events out of order within the 10 s grace
+  tumbling-rocksdb-eos  tumbling-rocksdb under exactly_once
+  session-rocksdb     session-window count per page (500 ms inactivity gap), RocksDB, every update emitted
 
 Usage: python -m bench [--events 1000000] [--reps 1] [--only SCENARIO]
 """
@@ -29,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import timedelta
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import orjson
@@ -79,6 +84,95 @@ def count_app(store_backend: str = "memory", guarantee: str = "at_least_once", c
     def build(b: sk.StreamsBuilder) -> None:
         b.stream(events).group_by_key().count(name="counts").to_stream().to("counts")
     return app
+
+
+WINDOW = 60_000
+GRACE = 10_000
+SESSION_GAP = 500
+
+
+def make_windowed_events(n: int, seed: int = 42, keys: int = PAGES) -> List[Tuple[bytes, bytes, int]]:
+    """Page views with event time advancing 1 ms per event; 1% are up to 5 s late (inside the
+    windows' grace, so none is dropped). The record timestamp is the event time."""
+    rng = random.Random(seed)
+    start = 1_700_000_000_000
+    out = []
+    for i in range(n):
+        page = f"page-{rng.randrange(keys)}"
+        ts = start + i - (rng.randrange(1, 5_000) if rng.random() < 0.01 else 0)
+        value = {"user": f"user-{rng.randrange(10_000)}", "page": page, "ts": ts, "amount": rng.randrange(100)}
+        out.append((page.encode(), orjson.dumps(value), ts))
+    return out
+
+
+def windowed_count_app(guarantee: str = "at_least_once") -> sk.App:
+    app = sk.App("bench-tumbling", store_backend="rocksdb", processing_guarantee=guarantee, caching=False)
+    events = app.topic("events", partitions=PARTITIONS)
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        (b.stream(events).group_by_key()
+          .windowed_by(sk.TumblingWindows(timedelta(milliseconds=WINDOW), grace=timedelta(milliseconds=GRACE)))
+          .count(name="window-counts").to_stream().to("counts"))
+    return app
+
+
+def session_count_app() -> sk.App:
+    app = sk.App("bench-sessions", store_backend="rocksdb", caching=False)
+    events = app.topic("events", partitions=PARTITIONS)
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        (b.stream(events).group_by_key()
+          .windowed_by(sk.SessionWindows(timedelta(milliseconds=SESSION_GAP), grace=timedelta(milliseconds=GRACE)))
+          .count(name="session-counts").to_stream().to("counts"))
+    return app
+
+
+def expected_window_counts(events) -> Dict[Tuple[str, int], int]:
+    return dict(Counter((k.decode(), ts - ts % WINDOW) for k, _, ts in events))
+
+
+def verify_window_counts(transport: EmbeddedTransport, expected: Dict[Tuple[str, int], int]) -> None:
+    final = {}
+    got = read_topic(transport, "counts")
+    for k, v in got:
+        key = orjson.loads(k)
+        final[(key["key"], key["start"])] = orjson.loads(v)
+    assert final == expected, "final window counts differ from the input's"
+    assert len(got) == sum(expected.values()), f"wrote {len(got)} updates, expected {sum(expected.values())}"
+
+
+def expected_session_counts(events) -> Dict[Tuple[str, int, int], int]:
+    """Sessionize each page's event times (sorted: no event is late) with the gap."""
+    times: Dict[str, List[int]] = {}
+    for k, _, ts in events:
+        times.setdefault(k.decode(), []).append(ts)
+    sessions = {}
+    for page, stamps in times.items():
+        stamps.sort()
+        first = last = stamps[0]
+        count = 0
+        for ts in stamps:
+            if ts - last > SESSION_GAP:
+                sessions[(page, first, last)] = count
+                first, count = ts, 0
+            last = ts
+            count += 1
+        sessions[(page, first, last)] = count
+    return sessions
+
+
+def verify_session_counts(transport: EmbeddedTransport, expected: Dict[Tuple[str, int, int], int]) -> None:
+    final: Dict[Tuple[str, int, int], int] = {}
+    for k, v in read_topic(transport, "counts"):
+        key = orjson.loads(k)
+        window = (key["key"], key["start"], key["end"])
+        if v is None:
+            final.pop(window, None)
+        else:
+            final[window] = orjson.loads(v)
+    assert final == expected, "final sessions differ from the input's"
 
 
 def produce(transport: EmbeddedTransport, events: List[Tuple[bytes, bytes, int]]) -> None:
@@ -146,6 +240,7 @@ class Scenario(NamedTuple):
     keys: int = PAGES
     floor: Optional[str] = None
     """How the figure is judged: "<events/s>" or "<fraction>:<other scenario>"."""
+    make_events: Callable[..., List[Tuple[bytes, bytes, int]]] = make_events
 
 
 SCENARIOS: Dict[str, Scenario] = {
@@ -157,6 +252,13 @@ SCENARIOS: Dict[str, Scenario] = {
                                   100_000, floor="0.7:count-rocksdb"),
     "count-rocksdb-cache": Scenario(lambda: count_app("rocksdb", caching=True), expected_count,
                                     verify_cached_count, 100_000, floor="0.6:count"),
+    "tumbling-rocksdb": Scenario(windowed_count_app, expected_window_counts, verify_window_counts,
+                                 floor="0.5:count-rocksdb", make_events=make_windowed_events),
+    "tumbling-rocksdb-eos": Scenario(lambda: windowed_count_app("exactly_once"), expected_window_counts,
+                                     verify_window_counts, floor="0.5:count-rocksdb",
+                                     make_events=make_windowed_events),
+    "session-rocksdb": Scenario(session_count_app, expected_session_counts, verify_session_counts,
+                                make_events=make_windowed_events),
 }
 
 
@@ -195,11 +297,11 @@ def peak_rss_mib() -> float:
 
 def run_once(name: str, n_events: int) -> dict:
     """Produce, run the worker process, verify its output; return its figures."""
-    make_app, expect, verify, keys, _floor = SCENARIOS[name]
+    make_app, expect, verify, keys, _floor, make = SCENARIOS[name]
     directory = tempfile.mkdtemp(prefix=f"sk-bench-{name}-")
     try:
         transport = EmbeddedTransport(directory)
-        events = make_events(n_events, keys=keys)
+        events = make(n_events, keys=keys)
         produce(transport, events)
         expected = expect(events)
         del events

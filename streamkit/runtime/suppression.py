@@ -65,6 +65,8 @@ def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: Compile
         except Exception as exc:
             raise user_error(name, exc) from exc
         buffer.put(key_bytes, due, timestamp, new, old)
+        if buffer.next_due() <= stream_time:
+            buffer.evict_due(stream_time, emit)  # what this record closed is out before the bound counts
         while buffer.count > max_records or buffer.size_bytes > max_bytes:
             if final:
                 raise SuppressionBufferFullError(
@@ -73,8 +75,6 @@ def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: Compile
                     f"max_bytes={suppressed.max_bytes}): until_window_closes never emits early; raise the "
                     "bound, or shorten the windows or their grace")
             buffer.evict_oldest(emit)
-        if due <= stream_time:
-            buffer.evict_due(stream_time, emit)
-        elif watcher.ready:
+        if watcher.ready:
             task.punctuations.due_at(due)
     return suppress

@@ -67,6 +67,9 @@ class Task:
         self.rebuild_until: Dict[str, int] = {}
         """Per input topic: offsets below this were processed before; re-reading them
         rebuilds state with every sink muted (see :meth:`rebuild_from_input`)."""
+        for store in self.stores.values():
+            if hasattr(store, "stream_time_source"):  # window and session stores
+                store.stream_time_source = self._current_stream_time
         self.idle_close_ms = _idle_close_ms(topology, sub, close_idle_windows_after_ms)
         """Advance stream time by the wall clock after this long without input (None: never)."""
         self._last_input = self._idle_mark = wall_clock()
@@ -83,6 +86,9 @@ class Task:
 
     @property
     def stream_time(self) -> int:
+        return self.context.stream_time
+
+    def _current_stream_time(self) -> int:
         return self.context.stream_time
 
     def process(self, topic: str, records: Sequence[RawRecord]) -> None:
@@ -211,14 +217,18 @@ class Task:
 
 def _idle_close_ms(topology: Topology, sub: SubTopology, app_default_ms: Optional[int]) -> Optional[int]:
     """The shortest ``close_idle_windows_after`` of the task's windowed operations (the
-    app's default for those that set none); None if no window should close by idleness."""
-    values = []
+    app's default for those that set none; a suppression follows its aggregation's);
+    None if stream time should never advance by idleness."""
+    values, suppresses = [], False
     for name in sub.node_names:
         node = topology.nodes[name]
-        if isinstance(node, (WindowedAggregateNode, SessionAggregateNode, SuppressNode)):
-            value = getattr(node, "close_idle_after_ms", None) or app_default_ms
+        if isinstance(node, (WindowedAggregateNode, SessionAggregateNode)):
+            value = node.close_idle_after_ms or app_default_ms
             if value is not None:
                 values.append(value)
+        suppresses = suppresses or isinstance(node, SuppressNode)
+    if not values and suppresses:
+        return app_default_ms  # a time-limited suppression of a plain table: the app's setting
     return min(values, default=None)
 
 

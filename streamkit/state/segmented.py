@@ -149,12 +149,33 @@ class SegmentedBytesStore(BytesStore):
             return
         if not start and self._stream_time is not None:
             yield STREAM_TIME_KEY, encode_stream_time(self._stream_time)
-        scans = [self._scan_segment(segment, start, end) for segment in self._ordered_segments()]
+        segments = self._ordered_segments()
+        bounds = self._time_bounds(start, end)
+        if bounds is not None:
+            first, last = bounds[0] // self.segment_interval_ms, bounds[1] // self.segment_interval_ms
+            segments = segments[bisect.bisect_left(segments, first):bisect.bisect_right(segments, last)]
+        scans = [self._scan_segment(segment, start, end) for segment in segments]
         if len(scans) == 1:
             yield from scans[0]
         elif scans:
             # A logical key lives in exactly one segment, so keys never tie across scans.
             yield from heapq.merge(*scans)
+
+    def _time_bounds(self, start: Optional[bytes], end: Optional[bytes]) -> Optional[Tuple[int, int]]:
+        """The times a scan can meet, when ``start`` and ``end`` are keys of one record key.
+
+        Window and session keys begin with a 4-byte length and the record key; within one
+        record key, logical order is time order, so only the segments between the two
+        times can hold entries. A scan across record keys may meet any time."""
+        if not start or not end or len(start) != len(end) or len(start) < 4:
+            return None
+        key_end = 4 + int.from_bytes(start[:4], "big")
+        if key_end > len(start) or start[:key_end] != end[:key_end]:
+            return None
+        try:
+            return self._time_of(start), self._time_of(end)
+        except Exception:  # noqa: BLE001 - not a well-formed key: scan every segment
+            return None
 
     def _scan_segment(self, segment: int, start: Optional[bytes], end: Optional[bytes]
                       ) -> Iterator[Tuple[bytes, bytes]]:

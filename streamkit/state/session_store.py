@@ -74,7 +74,7 @@ class SessionStore(TimeOrderedStore):
     def fetch_session(self, key: Any, start: int, end: int) -> Any:
         """The value of ``key``'s session ``[start, end]``, or ``None``."""
         _check_session(start, end)
-        if end < self._expiry.cutoff:
+        if end < self._cutoff():
             return None
         raw = self.inner.get(session_store_key(self.serialize_key(key), start, end))
         return None if raw is None else self._vdes(raw[8:])
@@ -91,7 +91,7 @@ class SessionStore(TimeOrderedStore):
 
     def all(self) -> Iterator[Tuple[Windowed, Any]]:
         """Every session, in store order (by length-prefixed key bytes, then end)."""
-        cutoff, kdes, vdes = self._expiry.cutoff, self._kdes, self._vdes
+        cutoff, kdes, vdes = self._cutoff(), self._kdes, self._vdes
         for raw_key, raw in self.inner.range(_FIRST_KEY, None):
             key_bytes, start, end = split_session_store_key(raw_key)
             if end >= cutoff:
@@ -103,7 +103,7 @@ class SessionStore(TimeOrderedStore):
                         ) -> Iterator[Tuple[int, int, Any, int]]:
         """``(start, end, value, timestamp)`` of the key's sessions with end >= earliest_end
         and start <= latest_start, by end."""
-        earliest_end = max(earliest_end, self._expiry.cutoff, 0)
+        earliest_end = max(earliest_end, self._cutoff(), 0)
         if earliest_end > _MAX_TIME or latest_start < 0:
             return
         prefix = _LENGTH.pack(len(key_bytes)) + key_bytes

@@ -58,6 +58,18 @@ class TimeOrderedStore:
         persistent = inner.persistent
         # Its ``cutoff`` moves as committed stream time does; a plain byte store never expires.
         self._expiry = persistent if isinstance(persistent, SegmentedBytesStore) else _NeverExpires()
+        self.stream_time_source: Optional[Callable[[], int]] = None
+        """The owning task's current stream time. Reads hide what it has expired, so what a
+        record sees does not depend on when commits (which drop segments) happened."""
+
+    def _cutoff(self) -> int:
+        cutoff = self._expiry.cutoff
+        source = self.stream_time_source
+        if source is not None and isinstance(self._expiry, SegmentedBytesStore):
+            current = source() - self._expiry.retention_ms
+            if current > cutoff:
+                return current
+        return cutoff
 
     def serialize_key(self, key: Any) -> bytes:
         """The key's bytes, remembered for string keys (1, 1.0 and True are equal dict
@@ -138,7 +150,7 @@ class WindowStore(TimeOrderedStore):
         return self._scan(0, _MAX_TIME)
 
     def _scan(self, time_from: int, time_to: int) -> Iterator[Tuple[Windowed, Any]]:
-        time_from = max(time_from, self._expiry.cutoff)
+        time_from = max(time_from, self._cutoff())
         if time_from > time_to:
             return
         size, kdes, vdes, header = self.window_size_ms, self._kdes, self._vdes, self._header
@@ -152,7 +164,7 @@ class WindowStore(TimeOrderedStore):
 
     def get_serialized(self, key_bytes: bytes, start: int) -> Optional[Tuple[Any, int]]:
         """``(value, timestamp)`` of the window, or ``None``."""
-        if start < self._expiry.cutoff:
+        if start < self._cutoff():
             return None
         raw = self.inner.get(_LENGTH.pack(len(key_bytes)) + key_bytes + _START.pack(start))
         if raw is None:
@@ -164,7 +176,7 @@ class WindowStore(TimeOrderedStore):
         if not self.with_first_timestamp:
             raise ValueError(f"window store {self.name!r} keeps no first timestamps "
                              "(create it with with_first_timestamp=True)")
-        if start < self._expiry.cutoff:
+        if start < self._cutoff():
             return None
         raw = self.inner.get(_LENGTH.pack(len(key_bytes)) + key_bytes + _START.pack(start))
         if raw is None:
@@ -189,7 +201,7 @@ class WindowStore(TimeOrderedStore):
                         ) -> Iterator[Tuple[int, Any, int, Optional[int]]]:
         """``(start, value, timestamp, first_timestamp or None)`` of the key's windows
         with start in [start_from, start_to], by start."""
-        start_from = max(start_from, self._expiry.cutoff, 0)
+        start_from = max(start_from, self._cutoff(), 0)
         start_to = min(start_to, _MAX_TIME)
         if start_from > start_to:
             return

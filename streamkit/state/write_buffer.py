@@ -17,6 +17,7 @@ with its latest value and the value it had at the previous commit.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right, insort
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from .bytes_store import BytesStore
@@ -43,6 +44,9 @@ class WriteBuffer:
         """Read cache of persistent entries (None = absent)."""
         self._committed_bytes = 0
         self._read_cache_bytes = read_cache_bytes
+        self._pending_sorted: Optional[List[bytes]] = None
+        """The pending keys in order, kept once a range scan needed them (window stores scan
+        on every record: sorting the pending writes each time would be quadratic)."""
 
     def get(self, key: bytes) -> Optional[bytes]:
         value = self.pending.get(key, _MISSING)
@@ -66,6 +70,8 @@ class WriteBuffer:
         pending = self.pending
         if key not in pending:
             self.size_bytes += len(key) + (len(value) if value else 0) + _ENTRY_OVERHEAD
+            if self._pending_sorted is not None:
+                insort(self._pending_sorted, key)
         pending[key] = value
 
     def delete(self, key: bytes) -> None:
@@ -73,8 +79,13 @@ class WriteBuffer:
 
     def range(self, start: Optional[bytes], end: Optional[bytes]) -> Iterator[Tuple[bytes, bytes]]:
         """Persistent entries overlaid with buffered ones, in key order."""
-        buffered = sorted((k, v) for k, v in self.pending.items()
-                          if (start is None or k >= start) and (end is None or k <= end))
+        keys = self._pending_sorted
+        if keys is None:
+            keys = self._pending_sorted = sorted(self.pending)
+        lo = 0 if start is None else bisect_left(keys, start)
+        hi = len(keys) if end is None else bisect_right(keys, end)
+        pending = self.pending
+        buffered = [(k, pending[k]) for k in keys[lo:hi]]
         if not buffered:
             yield from self.persistent.range(start, end)
             return
@@ -114,11 +125,13 @@ class WriteBuffer:
             self._remember(key, value)
         self.pending = {}
         self.size_bytes = 0
+        self._pending_sorted = None
 
     def discard(self) -> None:
         """Forget uncommitted writes (the interval is being abandoned)."""
         self.pending = {}
         self.size_bytes = 0
+        self._pending_sorted = None
 
     def forget_cached(self) -> None:
         """Drop the read cache (the persistent store changed underneath, e.g. a reset)."""

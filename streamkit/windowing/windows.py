@@ -297,10 +297,12 @@ class SlidingWindows(_Windows):
     def retention_ms(self) -> int:
         """A window store must keep every window with ``start >= stream time - retention_ms``.
 
-        ``2 * time_difference + grace`` (Kafka's minimum): creating a new record's
-        windows reads windows starting up to two time differences before it.
+        ``2 * time_difference + grace + 1``: an on-time record may be ``time_difference +
+        grace`` behind stream time, and creating its windows reads windows starting up to
+        ``time_difference + 1`` before it (one ms more than Kafka's minimum, which can
+        lose such a record).
         """
-        return 2 * self._difference_ms + self._grace_ms
+        return 2 * self._difference_ms + self._grace_ms + 1
 
     def updates_for(self, seen_ms: Sequence[int], timestamp_ms: int) -> List[SlidingWindowUpdate]:
         """The windows to create or update when a record at ``timestamp_ms`` arrives.

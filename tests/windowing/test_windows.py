@@ -64,7 +64,7 @@ def test_boundary_definitions_are_valid():
     (TumblingWindows(timedelta(minutes=1)), 60_000, 0, 60_000),
     (TumblingWindows(timedelta(minutes=1), grace=10 * SEC), 60_000, 10_000, 70_000),
     (HoppingWindows(timedelta(minutes=1), advance=10 * SEC, grace=5 * SEC), 60_000, 5_000, 65_000),
-    (SlidingWindows(10 * SEC, grace=3 * SEC), 10_000, 3_000, 23_000),
+    (SlidingWindows(10 * SEC, grace=3 * SEC), 10_000, 3_000, 23_001),
     (SessionWindows(timedelta(minutes=5), grace=SEC), 300_000, 1_000, 301_000),
 ])
 def test_millisecond_properties(windows, size, grace, retention):

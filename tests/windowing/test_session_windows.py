@@ -1,0 +1,396 @@
+"""Session windows through the TopologyTestDriver: count, reduce and aggregate with a merger.
+
+Semantics under test (Kafka Streams'): a session is ``[first, last]``, both ends
+inclusive. A record at ``t`` merges every session of its key with ``end >= t - gap``
+and ``start <= t + gap`` into one session with itself. Merged-away sessions are
+deleted and retracted downstream (value ``None`` under their old ``Windowed`` key)
+before the merged session is emitted; a session whose bounds do not change is updated
+in place (no retraction). A record is late (dropped, counted) when the merged session
+is closed: stream time >= end + 1 + grace. Every result is timestamped with its
+session's end. Count merges by adding, reduce merges with the reducer, aggregate with
+the merger.
+
+The tables give each session's content as the sorted list of its records' timestamps
+(the reduce concatenates ``[t]`` values); counts are the lengths of those lists.
+"""
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pytest
+
+import streamkit as sk
+from streamkit.testing import TopologyTestDriver
+
+MS = timedelta(milliseconds=1)
+W = sk.Windowed
+Session = Tuple[int, int]
+BIG_GRACE = 1_000_000   # ms: nothing is ever late in the tests that use it
+RETENTION = 10**13      # ms: keep every session queryable
+GAP = 5                 # the inactivity gap of the hand-written cases, in ms
+
+
+def session_driver(gap: int, grace: int, *, retention: Optional[int] = RETENTION,
+                   merger_calls: Optional[list] = None) -> TopologyTestDriver:
+    """in -> group_by_key -> sessions(gap, grace) -> count ("cnt"), reduce ("red") and
+    aggregate ("agg"), each to "<name>-out". The reduce and the aggregate build sorted lists
+    of the list values, so a session's value names its records; the aggregate's merger is the
+    only function that accepts two aggregates (the aggregator would nest a list)."""
+    app = sk.App("session-test")
+    windows = sk.SessionWindows(inactivity_gap=gap * MS, grace=grace * MS)
+    options = {} if retention is None else {"retention": retention * MS}
+
+    def merger(key, agg1, agg2):
+        if merger_calls is not None:
+            merger_calls.append((key, agg1, agg2))
+        return sorted(agg1 + agg2)
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        grouped = b.stream("in").group_by_key()
+        grouped.windowed_by(windows).count(name="cnt", **options).to_stream().to("cnt-out")
+        grouped.windowed_by(windows).reduce(lambda agg, v: sorted(agg + v), name="red",
+                                            **options).to_stream().to("red-out")
+        grouped.windowed_by(windows).aggregate(
+            lambda: [], lambda key, value, agg: sorted(agg + [value[0]]), merger,
+            name="agg", **options).to_stream().to("agg-out")
+    return TopologyTestDriver(app)
+
+
+def pipe(driver: TopologyTestDriver, records: Sequence[Tuple[str, int]]) -> None:
+    for key, t in records:
+        driver.input_topic("in").pipe_input(key, [t], t)
+
+
+def sessions_of(driver: TopologyTestDriver, store: str, key: str) -> Dict[Session, object]:
+    return {(w.start, w.end): v for w, v in driver.store(store).fetch(key)}
+
+
+def emitted(driver: TopologyTestDriver, topic: str = "cnt-out") -> List[Tuple[W, object, int]]:
+    return [(r.key, r.value, r.timestamp) for r in driver.output_topic(topic).read_records()]
+
+
+def late_dropped(driver: TopologyTestDriver) -> int:
+    """Late records per aggregation: each of the three aggregations drops (and counts) them."""
+    total = driver.metrics()["late_records_dropped"]
+    assert total % 3 == 0, total
+    return total // 3
+
+
+# --- hand-written cases: final store contents ------------------------------------------------
+
+# (id, grace, [(key, t)] in arrival order, {key: {session: sorted timestamps}}, late records)
+CASES = [
+    ("new sessions per key and far apart", BIG_GRACE, [("a", 0), ("b", 0), ("a", 100)],
+     {"a": {(0, 0): [0], (100, 100): [100]}, "b": {(0, 0): [0]}}, 0),
+    ("extension to the right", BIG_GRACE, [("a", 0), ("a", 3), ("a", 8)],
+     {"a": {(0, 8): [0, 3, 8]}}, 0),
+    ("extension to the left", BIG_GRACE, [("a", 10), ("a", 6), ("a", 1)],
+     {"a": {(1, 10): [1, 6, 10]}}, 0),
+    ("a bridging record merges two sessions", BIG_GRACE, [("a", 0), ("a", 10), ("a", 5)],
+     {"a": {(0, 10): [0, 5, 10]}}, 0),
+    ("a bridging record merges into an existing multi-record session", BIG_GRACE,
+     [("a", 0), ("a", 10), ("a", 20), ("a", 5), ("a", 15)],
+     {"a": {(0, 20): [0, 5, 10, 15, 20]}}, 0),
+    ("a record inside a session does not change its bounds", BIG_GRACE, [("a", 0), ("a", 4), ("a", 2)],
+     {"a": {(0, 4): [0, 2, 4]}}, 0),
+    ("duplicate timestamps", BIG_GRACE, [("a", 3), ("a", 3)],
+     {"a": {(3, 3): [3, 3]}}, 0),
+    ("exactly gap apart: one session", BIG_GRACE, [("a", 0), ("a", 5)],
+     {"a": {(0, 5): [0, 5]}}, 0),
+    ("exactly gap apart, out of order", BIG_GRACE, [("a", 5), ("a", 0)],
+     {"a": {(0, 5): [0, 5]}}, 0),
+    ("gap + 1 apart: two sessions", BIG_GRACE, [("a", 0), ("a", 6)],
+     {"a": {(0, 0): [0], (6, 6): [6]}}, 0),
+    ("gap + 1 apart, out of order", BIG_GRACE, [("a", 6), ("a", 0)],
+     {"a": {(0, 0): [0], (6, 6): [6]}}, 0),
+    ("gap + 1 from both neighbours: three sessions", BIG_GRACE, [("a", 0), ("a", 12), ("a", 6)],
+     {"a": {(0, 0): [0], (6, 6): [6], (12, 12): [12]}}, 0),
+    ("keys never merge", BIG_GRACE, [("a", 0), ("b", 3), ("a", 6), ("b", 8)],
+     {"a": {(0, 0): [0], (6, 6): [6]}, "b": {(3, 8): [3, 8]}}, 0),
+    # grace 5, stream time 100: [89,89] closes at 95 and [94,94] at 100: late; 95 merges
+    # with [100,100] into [95,100], which is open.
+    ("late unless merged into an open session", 5, [("a", 100), ("a", 89), ("a", 94), ("a", 95)],
+     {"a": {(95, 100): [95, 100]}}, 2),
+    # grace 0, stream time 20: the merged session [0,3] closed at 4.
+    ("late when the merged session is closed", 0, [("a", 0), ("b", 20), ("a", 3)],
+     {"a": {(0, 0): [0]}, "b": {(20, 20): [20]}}, 1),
+    # grace 0, stream time 3: [0,0] is closed, but the merged [0,4] closes at 5.
+    ("a record extending a closed session past stream time is on time", 0,
+     [("a", 0), ("b", 3), ("a", 4)],
+     {"a": {(0, 4): [0, 4]}, "b": {(3, 3): [3]}}, 0),
+    # grace 2, stream time 20: [10,13] would close at 16, [17,17] at 20 (late), [18,18] at 21.
+    ("late boundary is exact", 2, [("a", 10), ("b", 20), ("a", 13), ("a", 17), ("a", 18)],
+     {"a": {(10, 10): [10], (18, 18): [18]}, "b": {(20, 20): [20]}}, 2),
+]
+
+
+@pytest.mark.parametrize("grace, records, expected, late", [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_final_store_contents(grace, records, expected, late):
+    driver = session_driver(GAP, grace)
+    pipe(driver, records)
+    for key, sessions in expected.items():
+        assert sessions_of(driver, "red", key) == sessions
+        assert sessions_of(driver, "agg", key) == sessions
+        assert sessions_of(driver, "cnt", key) == {s: len(ts) for s, ts in sessions.items()}
+    assert late_dropped(driver) == late
+
+
+def test_tables_without_lateness_agree_with_the_model():
+    for name, grace, records, expected, late in CASES:
+        if grace == BIG_GRACE:
+            for key, sessions in expected.items():
+                assert sessionize([t for k, t in records if k == key], GAP) == sessions, name
+
+
+# --- hand-written cases: exact emitted sequences ---------------------------------------------
+
+def test_new_sessions_are_emitted_timestamped_with_their_end():
+    driver = session_driver(GAP, BIG_GRACE)
+    pipe(driver, [("a", 0), ("b", 0), ("a", 100)])
+    assert emitted(driver) == [(W("a", 0, 0), 1, 0), (W("b", 0, 0), 1, 0), (W("a", 100, 100), 1, 100)]
+
+
+def test_extension_retracts_the_old_session_then_emits_the_new_one():
+    driver = session_driver(GAP, BIG_GRACE)
+    pipe(driver, [("a", 0)])
+    emitted(driver)
+    pipe(driver, [("a", 3)])
+    assert emitted(driver) == [(W("a", 0, 0), None, 0), (W("a", 0, 3), 2, 3)]
+    pipe(driver, [("a", 1)])  # inside [0,3]: updated in place
+    assert emitted(driver) == [(W("a", 0, 3), 3, 3)]
+
+
+def test_bridging_record_retracts_both_sessions():
+    driver = session_driver(GAP, BIG_GRACE)
+    pipe(driver, [("a", 0), ("a", 10)])
+    assert emitted(driver) == [(W("a", 0, 0), 1, 0), (W("a", 10, 10), 1, 10)]
+    pipe(driver, [("a", 5)])
+    assert emitted(driver) == [(W("a", 0, 0), None, 0), (W("a", 10, 10), None, 10), (W("a", 0, 10), 3, 10)]
+    assert emitted(driver, "red-out") == [
+        (W("a", 0, 0), [0], 0), (W("a", 10, 10), [10], 10),
+        (W("a", 0, 0), None, 0), (W("a", 10, 10), None, 10), (W("a", 0, 10), [0, 5, 10], 10)]
+
+
+def test_out_of_order_record_inside_a_session_emits_no_tombstone():
+    driver = session_driver(GAP, BIG_GRACE)
+    pipe(driver, [("a", 0), ("a", 4), ("a", 8)])
+    emitted(driver)
+    pipe(driver, [("a", 2), ("a", 8), ("a", 0)])
+    assert emitted(driver) == [(W("a", 0, 8), 4, 8), (W("a", 0, 8), 5, 8), (W("a", 0, 8), 6, 8)]
+    assert emitted(driver, "agg-out")[-1] == (W("a", 0, 8), [0, 0, 2, 4, 8, 8], 8)
+
+
+def test_late_records_emit_nothing():
+    driver = session_driver(GAP, 5)
+    pipe(driver, [("a", 100)])
+    emitted(driver)
+    pipe(driver, [("a", 89), ("a", 94)])
+    assert emitted(driver) == [] and late_dropped(driver) == 2
+    pipe(driver, [("a", 95)])
+    assert emitted(driver) == [(W("a", 100, 100), None, 100), (W("a", 95, 100), 2, 100)]
+
+
+def sum_driver(grace: int = 0, retention: Optional[int] = RETENTION) -> TopologyTestDriver:
+    """Sessions(GAP, grace) summing int values with reduce ("sum" -> sum-out)."""
+    app = sk.App("session-reduce")
+    options = {} if retention is None else {"retention": retention * MS}
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        b.stream("in").group_by_key().windowed_by(
+            sk.SessionWindows(inactivity_gap=GAP * MS, grace=grace * MS)).reduce(
+            lambda agg, v: agg + v, name="sum", **options).to_stream().to("sum-out")
+    return TopologyTestDriver(app)
+
+
+def test_reduce_merges_sessions_with_the_reducer():
+    driver = sum_driver()
+    topic = driver.input_topic("in")
+    topic.pipe_input("a", 1, 0)
+    topic.pipe_input("a", 10, 10)
+    topic.pipe_input("a", 100, 5)
+    assert emitted(driver, "sum-out") == [
+        (W("a", 0, 0), 1, 0), (W("a", 10, 10), 10, 10),
+        (W("a", 0, 0), None, 0), (W("a", 10, 10), None, 10), (W("a", 0, 10), 111, 10)]
+    assert driver.store("sum").fetch_session("a", 0, 10) == 111
+
+
+def test_aggregate_merges_sessions_with_the_merger():
+    calls: list = []
+    driver = session_driver(GAP, BIG_GRACE, merger_calls=calls)
+    pipe(driver, [("a", 0), ("a", 10)])
+    assert calls == []   # nothing to merge yet
+    pipe(driver, [("a", 5)])
+    assert calls and all(call[0] == "a" for call in calls)
+    # the two sessions' aggregates were combined by the merger (possibly after folding them
+    # into the initializer's aggregate, as Kafka Streams does)
+    assert any(sorted(a1 + a2) == [0, 10] for _key, a1, a2 in calls), calls
+    assert emitted(driver, "agg-out")[-3:] == [
+        (W("a", 0, 0), None, 0), (W("a", 10, 10), None, 10), (W("a", 0, 10), [0, 5, 10], 10)]
+    assert sessions_of(driver, "agg", "a") == {(0, 10): [0, 5, 10]}
+
+
+def test_count_merges_by_adding():
+    driver = session_driver(GAP, BIG_GRACE)
+    pipe(driver, [("a", 0), ("a", 1), ("a", 2), ("a", 20), ("a", 21), ("a", 11)])
+    assert sessions_of(driver, "cnt", "a") == {(0, 2): 3, (11, 11): 1, (20, 21): 2}
+    pipe(driver, [("a", 7), ("a", 16)])   # 7 joins [0,2] and [11,11]; 16 joins that and [20,21]
+    assert sessions_of(driver, "cnt", "a") == {(0, 21): 8}
+    assert emitted(driver)[-6:] == [
+        (W("a", 0, 2), None, 2), (W("a", 11, 11), None, 11), (W("a", 0, 11), 5, 11),
+        (W("a", 0, 11), None, 11), (W("a", 20, 21), None, 21), (W("a", 0, 21), 8, 21)]
+
+
+def test_bridging_record_cannot_reach_a_session_beyond_retention():
+    """grace 0 and the default retention (gap + grace = 5 ms, Kafka's). At stream time 10,
+    [0,0] ended more than the retention ago, so the store no longer holds it, although the
+    record at 5 is on time (its merged session [5,10] closes at 11): the record merges only
+    [10,10], as in Kafka Streams. A longer retention merges both
+    (test_bridging_record_merges_a_closed_session_within_retention). No finite retention covers
+    every case: an on-time record joining a long open session may reach back any distance."""
+    driver = sum_driver(grace=0, retention=None)
+    topic = driver.input_topic("in")
+    topic.pipe_input("a", 1, 0)
+    topic.pipe_input("a", 10, 10)
+    topic.pipe_input("a", 100, 5)
+    assert driver.metrics()["late_records_dropped"] == 0
+    assert emitted(driver, "sum-out")[2:] == [(W("a", 10, 10), None, 10), (W("a", 5, 10), 110, 10)]
+    assert driver.store("sum").fetch_session("a", 5, 10) == 110
+
+
+def test_bridging_record_merges_a_closed_session_within_retention():
+    driver = sum_driver(grace=0, retention=20)
+    topic = driver.input_topic("in")
+    topic.pipe_input("a", 1, 0)
+    topic.pipe_input("a", 10, 10)
+    topic.pipe_input("a", 100, 5)
+    assert emitted(driver, "sum-out")[2:] == [
+        (W("a", 0, 0), None, 0), (W("a", 10, 10), None, 10), (W("a", 0, 10), 111, 10)]
+    assert driver.store("sum").fetch_session("a", 0, 10) == 111
+
+
+# --- store reads -----------------------------------------------------------------------------
+
+def test_session_store_reads():
+    driver = session_driver(GAP, BIG_GRACE)
+    pipe(driver, [("a", 0), ("a", 3), ("a", 20), ("a", 40), ("a", 42), ("b", 1)])
+    store = driver.store("cnt")
+    assert list(store.fetch("a")) == [(W("a", 0, 3), 2), (W("a", 20, 20), 1), (W("a", 40, 42), 2)]
+    assert list(store.fetch("b")) == [(W("b", 1, 1), 1)]
+    assert list(store.fetch("c")) == []
+    assert list(store.find_sessions("a", 3, 20)) == [(W("a", 0, 3), 2), (W("a", 20, 20), 1)]
+    assert list(store.find_sessions("a", 4, 40)) == [(W("a", 20, 20), 1), (W("a", 40, 42), 2)]
+    assert list(store.find_sessions("a", 21, 39)) == []
+    assert list(store.find_sessions("a", 0, 100)) == list(store.fetch("a"))
+    assert store.fetch_session("a", 0, 3) == 2
+    assert store.fetch_session("a", 0, 0) is None        # merged away into [0,3]
+    assert store.fetch_session("a", 40, 42) == 2
+    assert store.fetch_session("a", 40, 41) is None
+    assert store.fetch_session("b", 1, 1) == 1
+    assert store.fetch_session("c", 1, 1) is None
+    assert driver.store("red").fetch_session("a", 40, 42) == [40, 42]
+
+
+# --- the brute-force model and property tests ------------------------------------------------
+
+def sessionize(timestamps: Sequence[int], gap: int, ids: Optional[Sequence[int]] = None
+               ) -> Dict[Session, List[int]]:
+    """Sort the records and cut where consecutive ones are more than ``gap`` apart.
+    Each session holds its records' ids (default: their timestamps), sorted."""
+    ids = list(timestamps) if ids is None else list(ids)
+    sessions: List[list] = []
+    for t, ident in sorted(zip(timestamps, ids)):
+        if sessions and t - sessions[-1][1] <= gap:
+            sessions[-1][1] = t
+            sessions[-1][2].append(ident)
+        else:
+            sessions.append([t, t, [ident]])
+    return {(start, end): sorted(members) for start, end, members in sessions}
+
+
+def simulate_with_lateness(records: Sequence[Tuple[str, int]], gap: int, grace: int
+                           ) -> Tuple[Dict[str, Dict[Session, List[int]]], int]:
+    """The merging and lateness rules applied in arrival order with plain lists; record ids
+    are ``100 * t + i``. Returns the sessions per key and the number of late records."""
+    stream_time, late = -1, 0
+    state: Dict[str, Dict[Session, List[int]]] = {}
+    for i, (key, t) in enumerate(records):
+        stream_time = max(stream_time, t)
+        sessions = state.setdefault(key, {})
+        overlapping = [s for s in sessions if s[1] >= t - gap and s[0] <= t + gap]
+        start = min([t] + [s[0] for s in overlapping])
+        end = max([t] + [s[1] for s in overlapping])
+        if stream_time >= end + 1 + grace:
+            late += 1
+            continue
+        members = [100 * t + i]
+        for s in overlapping:
+            members += sessions.pop(s)
+        sessions[(start, end)] = sorted(members)
+    return state, late
+
+
+def random_records(rng: random.Random, gap: int) -> List[Tuple[str, int]]:
+    span = rng.choice([gap, 3 * gap, 6 * gap, 20 * gap])
+    return [(rng.choice("xy"), rng.randint(0, span)) for _ in range(rng.randint(1, 16))]
+
+
+def pipe_ids(driver: TopologyTestDriver, records: Sequence[Tuple[str, int]]) -> None:
+    for i, (key, t) in enumerate(records):
+        driver.input_topic("in").pipe_input(key, [100 * t + i], t)
+
+
+def replay_changelog(driver: TopologyTestDriver, topic: str) -> Dict[Tuple[str, Session], object]:
+    """Apply the emitted updates and retractions; every one must carry its session's end."""
+    table: Dict[Tuple[str, Session], object] = {}
+    for r in driver.output_topic(topic).read_records():
+        assert r.timestamp == r.key.end, r
+        if r.value is None:
+            assert (r.key.key, r.key.window) in table, f"retraction of an unknown session: {r}"
+            del table[(r.key.key, r.key.window)]
+        else:
+            table[(r.key.key, r.key.window)] = r.value
+    return table
+
+
+def test_property_final_sessions_equal_brute_force_sessionization():
+    rng = random.Random(4242)
+    for run in range(250):
+        gap = rng.choice([1, 2, 3, 5, 10])
+        records = random_records(rng, gap)
+        driver = session_driver(gap, BIG_GRACE)
+        pipe_ids(driver, records)
+        context = f"run {run}: gap={gap} records {records}"
+        changelogs = {name: replay_changelog(driver, f"{name}-out") for name in ("cnt", "red", "agg")}
+        for key in "xy":
+            mine = [(t, 100 * t + i) for i, (k, t) in enumerate(records) if k == key]
+            expected = sessionize([t for t, _ in mine], gap, [ident for _, ident in mine])
+            counts = {s: len(ids) for s, ids in expected.items()}
+            assert sessions_of(driver, "red", key) == expected, context
+            assert sessions_of(driver, "agg", key) == expected, context
+            assert sessions_of(driver, "cnt", key) == counts, context
+            for name, want in (("cnt", counts), ("red", expected), ("agg", expected)):
+                assert {s: v for (k, s), v in changelogs[name].items() if k == key} == want, context
+        assert driver.metrics()["late_records_dropped"] == 0, context
+
+
+def test_property_small_grace_matches_the_arrival_order_simulation():
+    rng = random.Random(99)
+    for run in range(250):
+        gap = rng.choice([1, 2, 3, 5, 10])
+        grace = rng.choice([0, 0, 1, 2, gap])
+        records = random_records(rng, gap)
+        driver = session_driver(gap, grace)
+        pipe_ids(driver, records)
+        expected, late = simulate_with_lateness(records, gap, grace)
+        context = f"run {run}: gap={gap} grace={grace} records {records}"
+        for key in "xy":
+            sessions = expected.get(key, {})
+            assert sessions_of(driver, "red", key) == sessions, context
+            assert sessions_of(driver, "agg", key) == sessions, context
+            assert sessions_of(driver, "cnt", key) == {s: len(v) for s, v in sessions.items()}, context
+        assert late_dropped(driver) == late, context
