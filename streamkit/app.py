@@ -92,7 +92,8 @@ class App:
             raise ConfigError(f"cache_max_bytes must be a non-negative int, got {cache_max_bytes!r}")
         if close_idle_windows_after is not None and (not isinstance(close_idle_windows_after, timedelta)
                                                      or close_idle_windows_after <= timedelta(0)):
-            raise ConfigError(f"close_idle_windows_after must be a positive timedelta, got {close_idle_windows_after!r}")
+            raise ConfigError(
+                f"close_idle_windows_after must be a positive timedelta, got {close_idle_windows_after!r}")
         if not isinstance(num_standby_replicas, int) or num_standby_replicas < 0:
             raise ConfigError(f"num_standby_replicas must be a non-negative int, got {num_standby_replicas!r}")
         self.id = app_id

@@ -80,8 +80,8 @@ def window(name: str, *, size: timedelta, retention: timedelta, key_serde: Optio
     >>> window("per-minute", size=timedelta(minutes=1), retention=timedelta(minutes=5)).retention_ms
     300000
     """
-    return StoreSpec(name, "window", key_serde, value_serde, changelog, retention_ms=_millis(name, "retention", retention),
-                     window_size_ms=_millis(name, "size", size))
+    return StoreSpec(name, "window", key_serde, value_serde, changelog,
+                     retention_ms=_millis(name, "retention", retention), window_size_ms=_millis(name, "size", size))
 
 
 def session(name: str, *, retention: timedelta, key_serde: Optional[Serde] = None,

@@ -140,7 +140,7 @@ def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env
     scan, put = store.scan_serialized, store.put_serialized
     step = _add_step(node)
     windows = node.windows
-    difference, grace = windows.time_difference_ms, windows.grace_ms
+    difference = windows.time_difference_ms
     updates_for, is_closed = windows.updates_for, windows.is_closed
     late = LateRecords(task, node.name, node.late_records_topic)
     metrics = task.metrics

