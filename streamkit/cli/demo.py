@@ -69,16 +69,45 @@ def demo(events: int, directory: Optional[str], app_spec: str) -> None:
     if counts != dict(expected):
         raise click.ClickException("the counts do not match the input: this is a bug, please report it")
     click.echo(f"\nverified: the counts match a direct count of the {events} input events")
+    if "page-counts-per-minute" in app.build().topics:
+        _report_minutes(url, data)
+
+
+def _report_minutes(url: str, data: List[Tuple[str, dict]]) -> None:
+    """Check the per-minute windowed counts: one final result per closed minute, each equal
+    to a direct count of its views minus those dropped as late (written to pageviews-late)."""
+    minute = 60_000
+    expected = Counter((v["page"].lower(), v["ts"] - v["ts"] % minute) for _, v in data if v["amount"] > 10)
+    late = _read(url, "pageviews-late")
+    for _key, value in late:
+        view = orjson.loads(value)
+        expected[(view["page"].lower(), view["ts"] - view["ts"] % minute)] -= 1
+    finals = [(orjson.loads(k), orjson.loads(v)) for k, v in _read(url, "page-counts-per-minute")]
+    got = Counter((key["key"], key["start"]) for key, _ in finals)
+    if any(n > 1 for n in got.values()):
+        raise click.ClickException("a minute was emitted twice: this is a bug, please report it")
+    wrong = [(key, count) for key, count in finals if expected[(key["key"], key["start"])] != count]
+    if wrong:
+        raise click.ClickException(f"per-minute counts differ from the input: {wrong[:3]}")
+    minutes = len({start for _page, start in got})
+    click.echo(f"verified: {len(finals)} final per-minute page counts over {minutes} closed minutes, each "
+               f"emitted once; {len(late)} view(s) arrived more than the 10 s grace behind their task's "
+               "stream time and went to pageviews-late")
 
 
 def _final_counts(url: str, topic: str) -> Dict[str, int]:
+    return {key.decode(): orjson.loads(value) for key, value in _read(url, topic)}
+
+
+def _read(url: str, topic: str) -> List[Tuple[bytes, bytes]]:
+    """Every (key, value) of ``topic``, partition by partition."""
     transport = open_transport(url)
     try:
         meta = transport.admin.topic(topic)
         consumer = transport.consumer("streamkit-demo-reader")
         tps = [TopicPartition(topic, p) for p in range(meta.partitions)] if meta else []
         consumer.assign(tps, {tp: 0 for tp in tps})
-        counts: Dict[str, int] = {}
+        records: List[Tuple[bytes, bytes]] = []
 
         async def read_all() -> None:
             while True:
@@ -86,10 +115,9 @@ def _final_counts(url: str, topic: str) -> Dict[str, int]:
                 if not batches:
                     return
                 for batch in batches:
-                    for _offset, _ts, key, value, _headers in batch.records:
-                        counts[key.decode()] = orjson.loads(value)
+                    records.extend((key, value) for _offset, _ts, key, value, _headers in batch.records)
         asyncio.run(read_all())
         consumer.close()
-        return counts
+        return records
     finally:
         transport.close()

@@ -28,6 +28,7 @@ from ..transport.base import (Consumer, GroupPlan, Membership, Producer, TaskAss
 from ..transport.factory import open_transport
 from .assembly import TaskSettings, create_task
 from .collector import RecordCollector
+from .record_order import merge_by_timestamp, timestamp_ordered_runs
 from .metrics import TaskMetrics
 from .standby import StandbyTasks
 from .task import Task, parse_task_id, task_id
@@ -199,19 +200,17 @@ class Worker:
         lookup = self._task_of_partition
         processed = False
         last_yield = time.monotonic()
-        for batch in batches:
-            task = lookup.get(TopicPartition(batch.topic, batch.partition))
+        for topic, partition, records in timestamp_ordered_runs(batches, SLICE):
+            task = lookup.get(TopicPartition(topic, partition))
             if task is None:
                 continue
-            records = batch.records
-            for start in range(0, len(records), SLICE):
-                task.process(batch.topic, records[start:start + SLICE] if len(records) > SLICE else records)
-                if time.monotonic() - last_yield > MAX_BLOCKING:
-                    # Let the network clients run (group heartbeats, fetches): a slow
-                    # topology must not get this worker thrown out of its group.
-                    await asyncio.sleep(0)
-                    last_yield = time.monotonic()
+            task.process(topic, records)
             processed = True
+            if time.monotonic() - last_yield > MAX_BLOCKING:
+                # Let the network clients run (group heartbeats, fetches): a slow
+                # topology must not get this worker thrown out of its group.
+                await asyncio.sleep(0)
+                last_yield = time.monotonic()
         return processed
 
     # -- membership -----------------------------------------------------------------
@@ -347,9 +346,7 @@ class Worker:
                     log.warning("task %s: %s", tid, exc)
                     self._close_task(tid, dirty=True)
         else:
-            batches = []
-            for task in self.tasks.values():
-                batches.extend(task.collector.drain())
+            batches = merge_by_timestamp(task.collector.drain() for task in self.tasks.values())
             if batches:
                 self._changelog_ends.update(await self._producers[SHARED].send(batches))
         if self._retired_producers:

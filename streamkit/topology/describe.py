@@ -1,15 +1,32 @@
 """Human-readable views of a topology: text in the spirit of Kafka Streams, and mermaid."""
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
 from typing import List
 
 from .model import Topology
-from .nodes import AggregateNode, Node, ProcessNode, SinkNode, SourceNode, TableAggregateNode
+from .nodes import (AggregateNode, Node, ProcessNode, SessionAggregateNode, SinkNode, SourceNode, SuppressNode,
+                    TableAggregateNode, WindowedAggregateNode)
+
+
+def _windows_text(windows: object) -> str:
+    """``TumblingWindows(size=60s, grace=10s)``: the window's timedelta fields, compactly."""
+    parts = []
+    for field in dataclasses.fields(windows):  # type: ignore[arg-type]
+        value = getattr(windows, field.name)
+        if field.init and isinstance(value, timedelta):
+            parts.append(f"{field.name}={value.total_seconds():g}s")
+    return f"{type(windows).__name__}({', '.join(parts)})"
 
 
 def _detail(node: Node) -> str:
     if isinstance(node, (AggregateNode, TableAggregateNode)):
         return f"{node.kind}: {node.operation}"
+    if isinstance(node, (WindowedAggregateNode, SessionAggregateNode)):
+        return f"{node.kind}: {node.operation}, {_windows_text(node.windows)}"
+    if isinstance(node, SuppressNode):
+        return f"{node.kind}: {node.suppressed.mode}"
     if isinstance(node, ProcessNode):
         return f"process: {node.processor.display_name}"
     return node.kind
