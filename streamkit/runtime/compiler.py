@@ -20,14 +20,27 @@ Compiler = Callable[[Any, Downstream, "CompileEnv"], Downstream]
 
 
 class CompileEnv:
-    """What a node compiler may use: the task context and its children by name
-    (compiled, and as IR nodes)."""
+    """What a node compiler may use: the task context, its compiled children by name,
+    and the topology."""
 
-    def __init__(self, task: TaskContext, children: Mapping[str, Downstream],
-                 child_nodes: Mapping[str, ir.Node]) -> None:
+    def __init__(self, task: TaskContext, children: Mapping[str, Downstream], topology: Topology) -> None:
         self.task = task
         self.children = children
-        self.child_nodes = child_nodes
+        self.topology = topology
+
+    def feeds(self, node: str, kind: type) -> bool:
+        """Whether a node of ``kind`` is downstream of ``node`` in the same task."""
+        children, nodes = self.topology.children, self.topology.nodes
+        pending, seen = list(children[node]), set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if isinstance(nodes[name], kind):
+                return True
+            pending.extend(children[name])
+        return False
 
 
 def _noop(key: Any, value: Any, timestamp: int) -> None:
@@ -54,8 +67,7 @@ def compile_sub_topology(topology: Topology, sub: SubTopology, task: TaskContext
         node = topology.nodes[name]
         children = {child: compiled[child] for child in topology.children[name]}
         downstream = fan_out(list(children.values()))
-        child_nodes = {child: topology.nodes[child] for child in children}
-        compiled[name] = COMPILERS[type(node)](node, downstream, CompileEnv(task, children, child_nodes))
+        compiled[name] = COMPILERS[type(node)](node, downstream, CompileEnv(task, children, topology))
     return {name: compiled[name] for name in sub.node_names
             if isinstance(topology.nodes[name], ir.SourceNode)}
 

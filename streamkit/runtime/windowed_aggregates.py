@@ -22,7 +22,7 @@ Step = Callable[[Any, Any, Any], Any]
 def _forwards_each(node: ir.Node, store: Any, downstream: Downstream, env: CompileEnv) -> bool:
     """Whether to forward every update (caching off, or a suppression follows); else the
     store forwards each changed window once per commit, when it is flushed."""
-    if not env.task.caching or any(isinstance(child, ir.SuppressNode) for child in env.child_nodes.values()):
+    if not env.task.caching or env.feeds(node.name, ir.SuppressNode):
         return True
     store.on_flush(lambda windowed, new, old, timestamp: downstream(windowed, ir.Change(new, old), timestamp))
     return False

@@ -59,3 +59,46 @@ def test_changelog_holds_one_record_per_key_per_commit(tmp_path) -> None:
     [(topic, partition, records)] = task.store_set.changelog_batches(timestamp=task.stream_time)
     assert topic == "cache-c-changelog" and partition == 0
     assert [k for k, _v, _ts, _h in records] == [b'"a"', b'"b"']  # store keys are JSON
+
+
+def _windowed_task(tmp_path, *, suppress: bool):
+    from datetime import timedelta
+    app = sk.App("cache-windows")
+
+    @app.topology
+    def build(b):
+        table = (b.stream(app.topic("in", partitions=1)).group_by_key()
+                 .windowed_by(sk.TumblingWindows(timedelta(milliseconds=10))).count(name="w"))
+        if suppress:  # a filter between the aggregation and the suppression
+            table = table.filter(lambda k, v: True).suppress(sk.Suppressed.until_window_closes())
+        table.to_stream().to("out")
+    topology = app.build()
+    collector = RecordCollector()
+    partitions = {t: 1 for t in topology.topics}
+    task = create_task(topology, topology.sub_topologies[0], 0, partitions=partitions, collector=collector,
+                       wall_clock=lambda: 0, settings=TaskSettings(store_backend="rocksdb",
+                                                                   state_dir=str(tmp_path), caching=True))
+    return task, collector
+
+
+def _window_outputs(collector):
+    return [(orjson.loads(k)["start"], orjson.loads(v)) for topic, _p, records in collector.drain()
+            if topic == "out" for k, v, _ts, _h in records]
+
+
+def test_caching_coalesces_window_updates_per_commit(tmp_path) -> None:
+    task, collector = _windowed_task(tmp_path, suppress=False)
+    task.process("in", [(0, 1, b"a", b"1", None), (1, 2, b"a", b"1", None), (2, 12, b"a", b"1", None)])
+    assert _window_outputs(collector) == []
+    task.prepare_commit()
+    assert _window_outputs(collector) == [(0, 2), (10, 1)]
+    task.store_set.close()
+
+
+def test_a_suppression_downstream_gets_every_window_update_despite_caching(tmp_path) -> None:
+    # Were the updates cached until the commit, the record at 12 would close [0, 10) while
+    # the suppression still held its count as 1, and the final result would be wrong.
+    task, collector = _windowed_task(tmp_path, suppress=True)
+    task.process("in", [(0, 1, b"a", b"1", None), (1, 2, b"a", b"1", None), (2, 12, b"a", b"1", None)])
+    assert _window_outputs(collector) == [(0, 2)]
+    task.store_set.close()
