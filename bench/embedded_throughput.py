@@ -15,6 +15,7 @@ from the input, and prints events/s (from worker start to its last commit):
                       event time advancing, 1% of the events out of order within the 10 s grace
   tumbling-rocksdb-eos  tumbling-rocksdb under exactly_once
   session-rocksdb     session-window count per page (500 ms inactivity gap), RocksDB, every update emitted
+  session-rocksdb-eos session-rocksdb under exactly_once
 
 Usage: python -m bench [--events 1000000] [--reps 1] [--only SCENARIO]
 """
@@ -117,8 +118,8 @@ def windowed_count_app(guarantee: str = "at_least_once") -> sk.App:
     return app
 
 
-def session_count_app() -> sk.App:
-    app = sk.App("bench-sessions", store_backend="rocksdb", caching=False)
+def session_count_app(guarantee: str = "at_least_once") -> sk.App:
+    app = sk.App("bench-sessions", store_backend="rocksdb", processing_guarantee=guarantee, caching=False)
     events = app.topic("events", partitions=PARTITIONS)
 
     @app.topology
@@ -259,6 +260,9 @@ SCENARIOS: Dict[str, Scenario] = {
                                      make_events=make_windowed_events),
     "session-rocksdb": Scenario(session_count_app, expected_session_counts, verify_session_counts,
                                 make_events=make_windowed_events),
+    "session-rocksdb-eos": Scenario(lambda: session_count_app("exactly_once"), expected_session_counts,
+                                    verify_session_counts, floor="0.7:session-rocksdb",
+                                    make_events=make_windowed_events),
 }
 
 

@@ -37,9 +37,10 @@ class Table:
     def name(self) -> str:
         return self._node
 
-    def _then(self, node: ir.Node) -> "Table":
+    def _then(self, node: ir.Node, *, same_values: bool = False) -> "Table":
         self._draft.append(node)
-        return Table(self._draft, node.name, key_serde=self._key_serde, windows=self._windows)
+        return Table(self._draft, node.name, key_serde=self._key_serde, windows=self._windows,
+                     value_serde=self._value_serde if same_values else None)
 
     def _table_key_serde(self) -> Serde:
         if self._windows is None:
@@ -47,12 +48,14 @@ class Table:
         from ..windowing import WindowedSerde
         return WindowedSerde(self._key_serde)
 
-    def suppress(self, suppressed: "Suppressed", *, name: Optional[str] = None) -> "Table":
+    def suppress(self, suppressed: "Suppressed", *, name: Optional[str] = None,
+                 value_serde: Optional[Serde] = None) -> "Table":
         """Hold updates back: ``sk.Suppressed.until_window_closes()`` forwards each window's
         final result once, when it closes; ``sk.Suppressed.until_time_limit(t)`` forwards
         a key's latest value at most once per ``t`` of stream time. The buffer is a
         changelogged store named like the node, so a restart neither repeats nor loses
-        a result under exactly_once."""
+        a result under exactly_once. ``value_serde``: how the buffer stores values (default:
+        the table's)."""
         from ..windowing.suppressed import Suppressed
 
         node = self._draft.name_for(name, self._node, "suppress")
@@ -64,24 +67,26 @@ class Table:
             raise TopologyError(
                 f"{node}: Suppressed.until_window_closes() needs a windowed table, but '{self._node}' is not "
                 "windowed; use group_by(...).windowed_by(...) first, or Suppressed.until_time_limit(...)")
-        self._draft.add_store(StoreSpec(node, "suppression", self._table_key_serde(), self._value_serde), node)
+        check_serde(value_serde, "value_serde")
+        values = value_serde or self._value_serde
+        self._draft.add_store(StoreSpec(node, "suppression", self._table_key_serde(), values), node)
         self._draft.append(ir.SuppressNode(node, (self._node,), store=node, suppressed=suppressed,
                                            windows=self._windows))
-        return Table(self._draft, node, key_serde=self._key_serde, value_serde=self._value_serde,
-                     windows=self._windows)
+        return Table(self._draft, node, key_serde=self._key_serde, value_serde=values, windows=self._windows)
 
     def filter(self, predicate: Callable[[Any, Any], bool], *, name: Optional[str] = None) -> "Table":
         """Keep rows for which ``predicate(key, value)`` holds; a row that stops matching
         is deleted downstream (a ``None`` update). Stateless."""
         node = self._draft.name_for(name, self._node, "filter")
         check_callable(predicate, "filter predicate", ("key", "value"), node)
-        return self._then(ir.TableFilterNode(node, (self._node,), predicate=predicate))
+        return self._then(ir.TableFilterNode(node, (self._node,), predicate=predicate), same_values=True)
 
     def filter_not(self, predicate: Callable[[Any, Any], bool], *, name: Optional[str] = None) -> "Table":
         """Drop rows for which ``predicate(key, value)`` holds. Stateless."""
         node = self._draft.name_for(name, self._node, "filter_not")
         check_callable(predicate, "filter_not predicate", ("key", "value"), node)
-        return self._then(ir.TableFilterNode(node, (self._node,), predicate=predicate, negate=True))
+        return self._then(ir.TableFilterNode(node, (self._node,), predicate=predicate, negate=True),
+                          same_values=True)
 
     def map_values(self, mapper: Callable[[Any], Any], *, name: Optional[str] = None) -> "Table":
         """Replace each row's value by ``mapper(value)``. Stateless."""

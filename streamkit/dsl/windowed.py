@@ -41,8 +41,9 @@ class _WindowedGrouped:
         minimum = self._windows.retention_ms
         if retention_ms is not None and retention_ms < minimum:
             raise TopologyError(
-                f"{node}: retention {retention} is shorter than the windows need ({minimum} ms: the window "
-                "size plus grace); windows would be dropped before they close. Raise retention or omit it")
+                f"{node}: retention {retention} is shorter than {self._windows!r} needs ({minimum} ms: "
+                "what a record on time may still read or update); windows would be dropped while still in "
+                "use. Raise retention or omit it")
         late_topic = None
         if late_records_topic is not None:
             late_topic = self._draft.resolve_topic(late_records_topic).name

@@ -55,7 +55,9 @@ def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: Compile
         due = close_time(key.end) if final else stream_time + limit_ms  # type: ignore[misc]
         if final and due <= stream_time:
             # Only a session merged into a newer one is retracted after it closed: its final
-            # result went out already, so the retraction must too.
+            # result must go out (if this record's advance of stream time has not sent it
+            # yet), then the retraction.
+            buffer.evict_due(stream_time, emit)
             downstream(key, change, timestamp)
             return
         try:

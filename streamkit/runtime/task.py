@@ -142,11 +142,11 @@ class Task:
         """After ``idle_close_ms`` of wall-clock time without input, stream time moves on by the
         wall-clock time that passed, so windows close and suppressed results go out. The new
         stream time is written to the windowed stores' changelogs at the next commit."""
+        if not self._stream_time_recovered:
+            self._recover_stream_time()
         now = self.context.wall_clock()
         if now - self._last_input < self.idle_close_ms or now <= self._idle_mark:  # type: ignore[operator]
             return
-        if not self._stream_time_recovered:
-            self._recover_stream_time()
         ctx = self.context
         if ctx.stream_time < 0:
             return  # no record yet: no window to close
@@ -159,8 +159,10 @@ class Task:
             ctx.punctuations.fire(Punctuation.STREAM_TIME, ctx.stream_time)
 
     def _recover_stream_time(self) -> None:
-        """Resume at the stream time the restored windowed stores recorded."""
+        """Resume at the stream time the restored windowed stores recorded. Called when the
+        task first runs, after its restore: only from then on can its input be idle."""
         self._stream_time_recovered = True
+        self._last_input = self._idle_mark = self.context.wall_clock()
         recorded = self.store_set.stream_time()
         if recorded > self.context.stream_time:
             self.context.stream_time = recorded

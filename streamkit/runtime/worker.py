@@ -383,7 +383,9 @@ class Worker:
             task.prepare_commit()
         # Step 2.
         for task in self.tasks.values():
-            for topic, partition, records in task.store_set.changelog_batches(max(task.stream_time, 0)):
+            # Stamped with the wall clock, not stream time: window changelogs are also deleted
+            # by time, and event times far in the past (a backfill) must not expire them at once.
+            for topic, partition, records in task.store_set.changelog_batches(int(time.time() * 1000)):
                 task.collector.send_batch(topic, partition, records)
         # Step 3.
         crash_point("commit.before_send")

@@ -17,8 +17,9 @@ with its latest value and the value it had at the previous commit.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right, insort
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from sortedcontainers import SortedList
 
 from .bytes_store import BytesStore
 
@@ -44,7 +45,7 @@ class WriteBuffer:
         """Read cache of persistent entries (None = absent)."""
         self._committed_bytes = 0
         self._read_cache_bytes = read_cache_bytes
-        self._pending_sorted: Optional[List[bytes]] = None
+        self._pending_sorted: Optional[SortedList] = None
         """The pending keys in order, kept once a range scan needed them (window stores scan
         on every record: sorting the pending writes each time would be quadratic)."""
 
@@ -71,7 +72,7 @@ class WriteBuffer:
         if key not in pending:
             self.size_bytes += len(key) + (len(value) if value else 0) + _ENTRY_OVERHEAD
             if self._pending_sorted is not None:
-                insort(self._pending_sorted, key)
+                self._pending_sorted.add(key)
         pending[key] = value
 
     def delete(self, key: bytes) -> None:
@@ -81,11 +82,9 @@ class WriteBuffer:
         """Persistent entries overlaid with buffered ones, in key order."""
         keys = self._pending_sorted
         if keys is None:
-            keys = self._pending_sorted = sorted(self.pending)
-        lo = 0 if start is None else bisect_left(keys, start)
-        hi = len(keys) if end is None else bisect_right(keys, end)
+            keys = self._pending_sorted = SortedList(self.pending)
         pending = self.pending
-        buffered = [(k, pending[k]) for k in keys[lo:hi]]
+        buffered = [(k, pending[k]) for k in keys.irange(start, end)]
         if not buffered:
             yield from self.persistent.range(start, end)
             return

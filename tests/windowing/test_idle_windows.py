@@ -192,3 +192,29 @@ def test_idle_advance_closes_windows_for_the_store_too() -> None:
     driver.advance_wall_clock(30 * SEC)                  # stream time 31000: [0,10000) expired (retention 12 s)
     assert list(driver.store("agg").fetch("a", 0, 100_000)) == []
     assert driver.metrics()["idle_stream_time_advances"] == 1
+
+
+def test_idle_time_counts_from_when_the_task_starts_running_not_from_its_creation() -> None:
+    """A worker creates a task, then restores its stores (maybe for minutes): that wait is
+    not idle input, so it must not advance stream time."""
+    from streamkit.runtime.assembly import TaskSettings, create_task
+    from streamkit.runtime.collector import RecordCollector
+
+    app = sk.App("idle-restore", close_idle_windows_after=5 * SEC)
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        (b.stream(app.topic("in", partitions=1)).group_by_key()
+          .windowed_by(sk.TumblingWindows(10 * SEC)).count(name="agg").to_stream().to("out"))
+    topology = app.build()
+    clock = [0]
+    task = create_task(topology, topology.sub_topologies[0], 0, partitions={t: 1 for t in topology.topics},
+                       collector=RecordCollector(), wall_clock=lambda: clock[0],
+                       settings=TaskSettings(close_idle_windows_after_ms=5_000))
+    task.store_set.record_stream_time(1_000)  # as restored from the changelog
+    clock[0] = 60_000  # the restore took a minute
+    task.punctuate_wall_clock()
+    assert task.stream_time == 1_000 and task.metrics.idle_stream_time_advances == 0
+    clock[0] = 66_000
+    task.punctuate_wall_clock()
+    assert task.stream_time == 7_000 and task.metrics.idle_stream_time_advances == 1

@@ -314,3 +314,23 @@ def test_until_window_closes_after_group_by() -> None:
         (("u3", {"page": "about"}, 12000), [(W("home", 0, 10000), 3, 3000)]),
         (("u9", {"page": "x"}, 22000), [(W("about", 10000, 20000), 2, 12000)]),
     ])
+
+
+def test_a_closed_session_merged_away_is_emitted_before_its_retraction() -> None:
+    """gap 5 ms, grace 0: a@0 makes [0,0] (closes at stream time 1); a@3 advances stream
+    time to 3 and merges [0,0] into [0,3]. [0,0]'s final result goes out first, then its
+    retraction, so a downstream table never keeps a phantom session."""
+    app = sk.App("session-final-order")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        (b.stream("in").group_by_key()
+          .windowed_by(sk.SessionWindows(inactivity_gap=timedelta(milliseconds=5)))
+          .count(name="sessions").suppress(sk.Suppressed.until_window_closes())
+          .to_stream().to("out"))
+    driver = TopologyTestDriver(app)
+    driver.input_topic("in").pipe_input("a", 1, 0)
+    driver.input_topic("in").pipe_input("a", 1, 3)
+    driver.input_topic("in").pipe_input("b", 1, 10)
+    assert driver.output_topic("out").read_key_values() == [
+        (sk.Windowed("a", 0, 0), 1), (sk.Windowed("a", 0, 0), None), (sk.Windowed("a", 0, 3), 2)]
