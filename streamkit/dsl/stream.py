@@ -12,6 +12,7 @@ from .draft import TopologyDraft, check_callable, check_serde
 
 if TYPE_CHECKING:
     from .grouped import GroupedStream
+    from .table import Table
 
 KV = Tuple[Any, Any]
 
@@ -176,6 +177,41 @@ class Stream:
         check_serde(key_serde, "key_serde")
         check_serde(value_serde, "value_serde")
         return GroupedStream(self._draft, self._node, key_serde, value_serde)
+
+    def join(self, table: "Table", joiner: Callable[[Any, Any], Any], *, name: Optional[str] = None,
+             key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None) -> "Stream":
+        """Join each record with ``table``'s current value for its key: ``joiner(value,
+        table_value)``; records whose key has no row are dropped. Table updates emit
+        nothing. The inputs must be co-partitioned; a key changed before the join
+        repartitions the stream (``key_serde``/``value_serde`` serialize that topic)."""
+        return self._table_join(table, joiner, name, key_serde, value_serde, left=False)
+
+    def left_join(self, table: "Table", joiner: Callable[[Any, Any], Any], *, name: Optional[str] = None,
+                  key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None) -> "Stream":
+        """As :meth:`join`, but a record whose key has no row is joined with ``None``."""
+        return self._table_join(table, joiner, name, key_serde, value_serde, left=True)
+
+    def _table_join(self, table: "Table", joiner: Callable[[Any, Any], Any], name: Optional[str],
+                    key_serde: Optional[Serde], value_serde: Optional[Serde], *, left: bool) -> "Stream":
+        from ..serdes import Json
+        from .table import Table
+
+        node = self._named(name, "left_join" if left else "join")
+        if not isinstance(table, Table) or table._draft is not self._draft:
+            raise TopologyError(
+                f"{node}: join() takes a table of the same topology (b.table(...) or an aggregation); "
+                f"got {table!r}. Stream-stream joins are not available yet")
+        if table.windowed:
+            raise TopologyError(f"{node}: a windowed table cannot be joined with a stream")
+        if self._keyless:
+            raise TopologyError(f"{node}: this stream has no key (Void key serde): select_key(...) before the join")
+        check_callable(joiner, "joiner", ("value", "table_value"), node)
+        check_serde(key_serde, "key_serde")
+        check_serde(value_serde, "value_serde")
+        table_node, store, view = table._materialized_view(node)
+        return self._then(ir.StreamTableJoinNode(
+            node, (self._node,), table=table_node, store=store, table_view=view, joiner=joiner, left=left,
+            key_serde=key_serde or Json(), value_serde=value_serde or Json()))
 
     def group_by(self, selector: Callable[[Any, Any], Any], *, key_serde: Optional[Serde] = None,
                  value_serde: Optional[Serde] = None, name: Optional[str] = None) -> "GroupedStream":

@@ -94,6 +94,23 @@ class Table:
         check_callable(mapper, "map_values function", ("value",), node)
         return self._then(ir.TableMapValuesNode(node, (self._node,), mapper=mapper))
 
+    def _materialized_view(self, where: str) -> Tuple[str, str, Tuple[Tuple[str, Any, bool], ...]]:
+        """The node and store holding this table's rows, and the stateless steps (filter,
+        map_values) from there to this table, for a join to read it."""
+        steps = []
+        node = self._draft.names[self._node]
+        while isinstance(node, (ir.TableFilterNode, ir.TableMapValuesNode)):
+            if isinstance(node, ir.TableFilterNode):
+                steps.append(("filter", node.predicate, node.negate))
+            else:
+                steps.append(("map_values", node.mapper, False))
+            node = self._draft.names[node.parents[0]]
+        if not isinstance(node, (ir.TableSourceNode, ir.AggregateNode, ir.TableAggregateNode)):
+            raise TopologyError(
+                f"{where}: table '{self._node}' cannot be joined: it is not backed by a store ({node.kind}); "
+                "join the table it comes from, or materialize it with to_stream().to(topic) and b.table(topic)")
+        return node.name, node.stores[0], tuple(reversed(steps))
+
     def to_stream(self, *, name: Optional[str] = None) -> "Stream":
         """The table's updates as a stream of (key, new value); deletes are ``None`` values."""
         from .stream import Stream

@@ -464,7 +464,8 @@ COMPILERS: Dict[type, Compiler] = {
     ir.TableAggregateNode: compile_table_aggregate,
 }
 
-# Compilers of windowed operations live in their own modules (they import this one).
+# Compilers of windowed operations and joins live in their own modules (they import this one).
+from .joins import compile_stream_table_join  # noqa: E402
 from .suppression import compile_suppress  # noqa: E402
 from .windowed_aggregates import compile_session_aggregate, compile_windowed_aggregate  # noqa: E402
 
@@ -472,4 +473,5 @@ COMPILERS.update({
     ir.WindowedAggregateNode: compile_windowed_aggregate,
     ir.SessionAggregateNode: compile_session_aggregate,
     ir.SuppressNode: compile_suppress,
+    ir.StreamTableJoinNode: compile_stream_table_join,
 })

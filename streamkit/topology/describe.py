@@ -6,8 +6,8 @@ from datetime import timedelta
 from typing import List
 
 from .model import Topology
-from .nodes import (AggregateNode, Node, ProcessNode, SessionAggregateNode, SinkNode, SourceNode, SuppressNode,
-                    TableAggregateNode, WindowedAggregateNode)
+from .nodes import (AggregateNode, Node, ProcessNode, SessionAggregateNode, SinkNode, SourceNode,
+                    StreamTableJoinNode, SuppressNode, TableAggregateNode, WindowedAggregateNode)
 
 
 def _windows_text(windows: object) -> str:
@@ -27,6 +27,8 @@ def _detail(node: Node) -> str:
         return f"{node.kind}: {node.operation}, {_windows_text(node.windows)}"
     if isinstance(node, SuppressNode):
         return f"{node.kind}: {node.suppressed.mode}"
+    if isinstance(node, StreamTableJoinNode):
+        return f"{'left ' if node.left else ''}join with table {node.table}"
     if isinstance(node, ProcessNode):
         return f"process: {node.processor.display_name}"
     return node.kind

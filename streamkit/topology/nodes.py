@@ -309,6 +309,28 @@ class SuppressNode(Node):
         return (self.store,)
 
 
+@dataclass(frozen=True)
+class StreamTableJoinNode(Node):
+    """Joins each stream record with the table's current value for its key (the table is
+    read, never triggered: table updates emit nothing). ``left``: a record without a
+    table value is joined with ``None`` instead of dropped. ``table_view`` replays the
+    table's stateless steps (filter, map_values) over its store's value."""
+
+    table: str = ""
+    store: str = ""
+    table_view: Tuple[Tuple[str, Callable[..., Any], bool], ...] = ()
+    joiner: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    left: bool = False
+    key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    kind: ClassVar[str] = "stream_table_join"
+    stateful: ClassVar[bool] = True  # co-located with the table: a changed key repartitions
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store,)
+
+
 class Change:
     """A table update: the key's ``new`` and ``old`` value (``None`` = absent)."""
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import TopologyError
 from ..serdes import Bytes, Json
@@ -10,7 +10,7 @@ from ..stores import WINDOWED_KINDS, StoreSpec
 from ..topics import TopicSpec
 from .change_serde import ChangeSerde
 from .model import SubTopology, Topology
-from .nodes import Node, RepartitionNode, SinkNode, SourceNode, TableAggregateNode
+from .nodes import Node, RepartitionNode, SinkNode, SourceNode, StreamTableJoinNode, TableAggregateNode
 
 
 def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, StoreSpec],
@@ -186,6 +186,16 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
         spec = topology.topics.get(topic)
         return spec.partitions if spec is not None else None
 
+    # A join's repartition input takes the partition count of the join's other inputs
+    # (co-partitioning), unless it declares its own.
+    joins = [sub for sub in topology.sub_topologies if _join_in(topology, sub) is not None]
+    for sub in joins:
+        external = [known(t) for t in sub.source_topics if not _internal(topology, t)]
+        if external and all(n is not None for n in external):
+            for topic in sub.source_topics:
+                if _internal(topology, topic) and topology.topics[topic].partitions is None:
+                    counts[topic] = max(external)  # type: ignore[type-var]
+
     # Visit sub-topologies once their inputs are known: a repartition topic's count
     # comes from the sub-topology writing it, which may have a higher id.
     pending = list(topology.sub_topologies)
@@ -202,6 +212,14 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
             pending.remove(sub)
             for topic in sub.source_topics:
                 counts[topic] = known(topic)  # type: ignore[assignment]
+            join = _join_in(topology, sub)
+            if join is not None and len({counts[t] for t in sub.source_topics}) > 1:
+                inputs = " and ".join(f"'{t}' ({counts[t]} partitions)" for t in sub.source_topics)
+                raise TopologyError(
+                    f"join '{join}' reads {inputs}: joined inputs must have the same partition count "
+                    "(co-partitioned) so that a key meets its partner on one task; write "
+                    f".repartition(partitions={max(counts[t] for t in sub.source_topics)}) before the join, "
+                    "or recreate a topic with the other's count")
             tasks = max(counts[t] for t in sub.source_topics)
             written = [node.topic for node in topology.sink_nodes(sub)]
             written += [topology.nodes[name].late_records_topic for name in sub.node_names  # type: ignore[attr-defined]
@@ -219,6 +237,16 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
                             "delete the changelog topic and the app's state directory to rebuild it")
                     counts[changelog] = tasks
     return counts
+
+
+def _join_in(topology: Topology, sub: SubTopology) -> Optional[str]:
+    """The name of a join in ``sub``, if it has one."""
+    return next((name for name in sub.node_names if isinstance(topology.nodes[name], StreamTableJoinNode)), None)
+
+
+def _internal(topology: Topology, topic: str) -> bool:
+    spec = topology.topics.get(topic)
+    return spec is not None and spec.internal
 
 
 def tasks_of(topology: Topology, partitions: Mapping[str, int]) -> List[Tuple[int, int]]:
