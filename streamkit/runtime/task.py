@@ -11,7 +11,7 @@ from ..state.task_stores import TaskStores
 from ..stores import KeyValueStore
 from ..topology import Topology
 from ..topology.model import SubTopology
-from ..topology.nodes import SessionAggregateNode, SourceNode, SuppressNode, WindowedAggregateNode
+from ..topology.nodes import SourceNode, SuppressNode, WindowAggregationNode
 from ..transport.base import RawRecord, TopicPartition
 from .collector import RecordCollector
 from .compiler import compile_sub_topology
@@ -224,7 +224,7 @@ def _idle_close_ms(topology: Topology, sub: SubTopology, app_default_ms: Optiona
     values, suppresses = [], False
     for name in sub.node_names:
         node = topology.nodes[name]
-        if isinstance(node, (WindowedAggregateNode, SessionAggregateNode)):
+        if isinstance(node, WindowAggregationNode):
             value = node.close_idle_after_ms or app_default_ms
             if value is not None:
                 values.append(value)

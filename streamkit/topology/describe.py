@@ -6,8 +6,8 @@ from datetime import timedelta
 from typing import List
 
 from .model import Topology
-from .nodes import (AggregateNode, Node, ProcessNode, SessionAggregateNode, SinkNode, SourceNode,
-                    StreamTableJoinNode, SuppressNode, TableAggregateNode, WindowedAggregateNode)
+from .nodes import (AggregateNode, Node, ProcessNode, SinkNode, SourceNode, StreamTableJoinNode, SuppressNode,
+                    TableAggregateNode, WindowAggregationNode)
 
 
 def _windows_text(windows: object) -> str:
@@ -23,7 +23,7 @@ def _windows_text(windows: object) -> str:
 def _detail(node: Node) -> str:
     if isinstance(node, (AggregateNode, TableAggregateNode)):
         return f"{node.kind}: {node.operation}"
-    if isinstance(node, (WindowedAggregateNode, SessionAggregateNode)):
+    if isinstance(node, WindowAggregationNode):
         return f"{node.kind}: {node.operation}, {_windows_text(node.windows)}"
     if isinstance(node, SuppressNode):
         return f"{node.kind}: {node.suppressed.mode}"

@@ -243,24 +243,19 @@ class TableAggregateNode(Node):
 
 
 @dataclass(frozen=True)
-class WindowedAggregateNode(Node):
-    """count/reduce/aggregate of a grouped stream per time window (tumbling, hopping or
-    sliding); emits every update of a window as a Change keyed by ``Windowed``.
-
-    A record whose every window is closed is late: dropped, counted, and written to
-    ``late_records_topic`` when set.
-    """
+class WindowAggregationNode(Node):
+    """What windowed and session aggregations share: a store of windows, the window
+    definition, the grouped stream's serdes, the late-records topic and idle close."""
 
     store: str = ""
-    operation: str = "aggregate"
-    windows: Any = None  # streamkit.windowing.Windows, not a session window
+    operation: str = "aggregate"  # "count" | "reduce" | "aggregate"
+    windows: Any = None  # a streamkit.windowing window definition
     key_serde: Serde = field(default=None)  # type: ignore[assignment]
     value_serde: Serde = field(default=None)  # type: ignore[assignment]
     initializer: Optional[Callable[[], Any]] = None
     aggregator: Optional[Callable[..., Any]] = None
     late_records_topic: Optional[str] = None
     close_idle_after_ms: Optional[int] = None
-    kind: ClassVar[str] = "windowed_aggregate"
     stateful: ClassVar[bool] = True
     emits_changes: ClassVar[bool] = True
 
@@ -270,27 +265,24 @@ class WindowedAggregateNode(Node):
 
 
 @dataclass(frozen=True)
-class SessionAggregateNode(Node):
+class WindowedAggregateNode(WindowAggregationNode):
+    """count/reduce/aggregate of a grouped stream per time window (tumbling, hopping or
+    sliding); emits every update of a window as a Change keyed by ``Windowed``.
+
+    A record whose every window is closed is late: dropped, counted, and written to
+    ``late_records_topic`` when set.
+    """
+
+    kind: ClassVar[str] = "windowed_aggregate"
+
+
+@dataclass(frozen=True)
+class SessionAggregateNode(WindowAggregationNode):
     """count/reduce/aggregate of a grouped stream per session. A record bridging sessions
     merges them (``merger``); each merged-away session is retracted downstream."""
 
-    store: str = ""
-    operation: str = "aggregate"
-    windows: Any = None  # streamkit.windowing.SessionWindows
-    key_serde: Serde = field(default=None)  # type: ignore[assignment]
-    value_serde: Serde = field(default=None)  # type: ignore[assignment]
-    initializer: Optional[Callable[[], Any]] = None
-    aggregator: Optional[Callable[..., Any]] = None
     merger: Optional[Callable[..., Any]] = None
-    late_records_topic: Optional[str] = None
-    close_idle_after_ms: Optional[int] = None
     kind: ClassVar[str] = "session_aggregate"
-    stateful: ClassVar[bool] = True
-    emits_changes: ClassVar[bool] = True
-
-    @property
-    def stores(self) -> Tuple[str, ...]:
-        return (self.store,)
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,8 @@ runs to completion and every output and store is checked against the input.
 """
 from __future__ import annotations
 
-import os
 import random
 import shutil
-import subprocess
 import sys
 import textwrap
 from collections import defaultdict
@@ -26,7 +24,7 @@ import pytest
 from streamkit.transport.embedded import EmbeddedBroker
 from streamkit.transport.partitioner import partition_for_key
 
-from .conftest import REPO
+from .crashes import committed_records, run_worker
 
 CHUNK = 100_000     # records appended per chunk
 MAX_CHUNKS = 12
@@ -82,35 +80,13 @@ def _produce(directory: Path, inputs, first_timestamp: int) -> None:
 
 
 def _run_worker(workdir: Path, broker_dir: Path, guarantee: str, crash_at, kill_after):
-    env = {**os.environ, "PYTHONPATH": f"{workdir}{os.pathsep}{REPO}"}
-    env.pop("STREAMKIT_CRASH_AT", None)
-    if crash_at:
-        env["STREAMKIT_CRASH_AT"] = crash_at
-    proc = subprocess.Popen([sys.executable, "-m", "streamkit", "--log-level", "WARNING", "worker", "crashy_app",
-                             "--broker", f"embedded://{broker_dir}", "--guarantee", guarantee,
-                             "--until-idle", "1"], cwd=workdir, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if kill_after is not None:
-        try:
-            proc.wait(timeout=kill_after)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    _, err = proc.communicate(timeout=120)
-    return proc.returncode, err
+    return run_worker(workdir, broker_dir, "crashy_app", guarantee, crash_at, kill_after)
 
 
 def _outputs(broker_dir: Path, topic: str):
-    broker = EmbeddedBroker(broker_dir)
     per_key = defaultdict(list)
-    for partition in range(PARTITIONS):
-        reader = broker.reader(topic, partition, read_committed=True)
-        while True:
-            records = reader.read(50_000)
-            if not records:
-                break
-            for _offset, _ts, key, value, _headers in records:
-                per_key[key.decode()].append(orjson.loads(value))
-    broker.close()
+    for key, value in committed_records(broker_dir, topic, PARTITIONS):
+        per_key[key.decode()].append(orjson.loads(value))
     return per_key
 
 

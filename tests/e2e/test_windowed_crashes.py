@@ -5,10 +5,7 @@ a restarted task that forgot it would accept records the first run dropped as la
 """
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import textwrap
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -19,7 +16,7 @@ import pytest
 from streamkit.transport.embedded import EmbeddedBroker
 from streamkit.transport.partitioner import partition_for_key
 
-from .conftest import REPO
+from .crashes import committed_records, run_worker
 
 RECORDS = 60_000
 KEYS = 50
@@ -80,36 +77,11 @@ def _produce(directory: Path, inputs) -> None:
 
 
 def _run_worker(workdir: Path, broker_dir: Path, crash_at, kill_after):
-    env = {**os.environ, "PYTHONPATH": f"{workdir}{os.pathsep}{REPO}"}
-    env.pop("STREAMKIT_CRASH_AT", None)
-    if crash_at:
-        env["STREAMKIT_CRASH_AT"] = crash_at
-    proc = subprocess.Popen([sys.executable, "-m", "streamkit", "--log-level", "WARNING", "worker", "windowy_app",
-                             "--broker", f"embedded://{broker_dir}", "--guarantee", "exactly_once",
-                             "--until-idle", "1"], cwd=workdir, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if kill_after is not None:
-        try:
-            proc.wait(timeout=kill_after)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    _, err = proc.communicate(timeout=180)
-    return proc.returncode, err
+    return run_worker(workdir, broker_dir, "windowy_app", "exactly_once", crash_at, kill_after)
 
 
 def _records(broker_dir: Path, topic: str):
-    broker = EmbeddedBroker(broker_dir)
-    out = []
-    if broker.topic(topic) is not None:
-        for partition in range(PARTITIONS):
-            reader = broker.reader(topic, partition, read_committed=True)
-            while True:
-                records = reader.read(50_000)
-                if not records:
-                    break
-                out.extend((key, value) for _o, _ts, key, value, _h in records)
-    broker.close()
-    return out
+    return committed_records(broker_dir, topic, PARTITIONS)
 
 
 def _table(records):
