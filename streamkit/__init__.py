@@ -13,13 +13,14 @@ from .processor import ProcessorContext, Punctuation
 from .topics import TopicSpec
 from .windowing import (HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, Windowed,
                         WindowedSerde)
+from .windowing.join_windows import JoinWindows
 from .windowing.suppressed import Suppressed
 
 __all__ = [
     "App", "StreamsBuilder", "Stream", "BranchedStream", "GroupedStream", "GroupedTable", "Table",
     "ProcessorContext", "Punctuation", "TopicSpec", "serdes", "stores",
     "TumblingWindows", "HoppingWindows", "SlidingWindows", "SessionWindows", "Windowed", "WindowedSerde",
-    "Suppressed",
+    "Suppressed", "JoinWindows", "GlobalTable",
     "StreamkitError", "ConfigError", "TopologyError", "SerializationError", "RecordError", "UserFunctionError",
 ]
 __version__ = "0.1.0"

@@ -168,7 +168,7 @@ class App:
             builder = StreamsBuilder(draft)
             for fn in self._topology_fns:
                 fn(builder)
-            self._topology = build_topology(self.id, draft.nodes, draft.stores, draft.topics)
+            self._topology = build_topology(self.id, draft.nodes, draft.stores, draft.topics, draft.global_tables)
         return self._topology
 
     def describe(self, format: str = "text") -> str:

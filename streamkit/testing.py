@@ -33,6 +33,7 @@ from .app import App
 from .errors import StreamkitError
 from .runtime.assembly import TaskSettings, create_task
 from .runtime.collector import RecordCollector
+from .runtime.global_tables import GlobalTables
 from .runtime.task import Task
 from .serdes import Serde
 from .stores import KeyValueStore
@@ -74,9 +75,12 @@ class TopologyTestDriver:
                                 close_idle_windows_after_ms=app.close_idle_windows_after_ms)
         self._tasks: Dict[str, Task] = {}
         self._task_of_topic: Dict[str, Task] = {}
+        self._globals = GlobalTables(self.topology, backend="memory", state_dir=None)
+        self._global_of_topic = {store.topic: store for store in self._globals.stores.values()}
         for sub in self.topology.sub_topologies:
             task = create_task(self.topology, sub, 0, partitions=partitions, collector=self._collector,
-                               wall_clock=lambda: self._wall_clock, settings=settings)
+                               wall_clock=lambda: self._wall_clock, settings=settings,
+                               global_stores=self._globals.stores)
             self._tasks[task.id] = task
             for topic in sub.source_topics:
                 self._task_of_topic[topic] = task
@@ -86,7 +90,7 @@ class TopologyTestDriver:
     def input_topic(self, name: str, *, key_serde: Optional[Serde] = None,
                     value_serde: Optional[Serde] = None) -> "TestInputTopic":
         """A handle to pipe records into ``name``, which the topology must read."""
-        if name not in self._task_of_topic:
+        if name not in self._task_of_topic and name not in self._global_of_topic:
             reads = ", ".join(sorted(t for t in self._task_of_topic if t in self.topology.topics
                                      and not self.topology.topics[t].internal))
             raise StreamkitError(f"topic '{name}' is not read by app '{self.app.id}' (it reads: {reads})")
@@ -122,6 +126,9 @@ class TopologyTestDriver:
         raw = [(base + i, ts, k, v, h) for i, (k, v, ts, h) in enumerate(records)]
         self._offsets[topic] = base + len(raw)
         self._outputs.setdefault(topic, []).extend(raw)
+        global_store = self._global_of_topic.get(topic)
+        if global_store is not None and raw:
+            global_store.apply(0, raw, base + len(raw))
         task = self._task_of_topic.get(topic)
         if task is not None:
             task.process(topic, raw)
@@ -152,6 +159,8 @@ class TopologyTestDriver:
         for task in self._tasks.values():
             if name in task.stores:
                 return task.stores[name]
+        if name in self._globals.stores:
+            return self._globals.stores[name]  # type: ignore[return-value]
         raise StreamkitError(f"no store named '{name}' (stores: {', '.join(self.topology.stores) or 'none'})")
 
     def advance_wall_clock(self, delta: timedelta) -> None:

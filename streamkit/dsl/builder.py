@@ -10,6 +10,7 @@ from ..stores import StoreSpec
 from ..topics import TopicSpec
 from ..topology import nodes as ir
 from .draft import TopologyDraft, check_callable
+from .global_table import GlobalTable
 from .stream import Stream
 from .table import Table
 
@@ -53,3 +54,16 @@ class StreamsBuilder:
                                         spec.value_serde or Json(), timestamped=True), table_name)
         self._draft.append(ir.TableSourceNode(table_name, (source,), store=table_name))
         return Table(self._draft, table_name, key_serde=spec.key_serde, value_serde=spec.value_serde)
+
+    def global_table(self, topic: Union[str, TopicSpec], name: Optional[str] = None) -> GlobalTable:
+        """``topic`` read as a global table: every partition, on every worker, loaded before
+        processing starts and kept up to date (store ``name``, default ``<topic>-global``).
+        A ``None`` value deletes the key."""
+        spec = self._draft.resolve_topic(topic)
+        if isinstance(spec.key_serde, Void):
+            raise TopologyError(f"global_table('{spec.name}'): a table needs keys, but the topic's key serde "
+                                "is Void; declare the topic with a key serde")
+        store = name or f"{spec.name}-global"
+        StoreSpec(store)  # validates the name
+        self._draft.add_global_table(store, spec.name)
+        return GlobalTable(self._draft, store, spec.name, spec.key_serde or Json(), spec.value_serde or Json())

@@ -24,6 +24,8 @@ class TopologyDraft:
         self.names: Dict[str, Node] = {}
         self.stores: Dict[str, StoreSpec] = {}
         self.topics: Dict[str, TopicSpec] = {}
+        self.global_tables: Dict[str, str] = {}
+        """Global table stores by name: the topic each one replicates."""
 
     def append(self, node: Node) -> Node:
         if node.name in self.names:
@@ -42,6 +44,18 @@ class TopologyDraft:
                     f"topic '{node.topic}' is read twice (nodes '{existing.name}' and '{node.name}'): call "  # type: ignore[attr-defined]
                     "b.stream()/b.table() once per topic and reuse the returned object")
         return self.append(node)
+
+    def add_global_table(self, store: str, topic: str) -> None:
+        """Register a global table; a topic is read once, and store names are unique."""
+        for existing_store, existing_topic in self.global_tables.items():
+            if existing_topic == topic:
+                raise TopologyError(f"topic '{topic}' is read as a global table twice ('{existing_store}' and "
+                                    f"'{store}'): call b.global_table() once and reuse the returned object")
+        if store in self.global_tables or store in self.stores:
+            raise TopologyError(f"store name '{store}' is used twice: give the global table another name=")
+        if any(getattr(node, "topic", None) == topic and node.kind == "source" for node in self.nodes):
+            raise TopologyError(f"topic '{topic}' is read both as a stream/table and as a global table")
+        self.global_tables[store] = topic
 
     def name_for(self, explicit: Optional[str], parent: str, kind: str) -> str:
         """``explicit`` if given, else ``<parent>.<kind>`` (``-2``, ``-3`` … for siblings)."""

@@ -8,9 +8,11 @@ from ..processor import ProcessorDefinition
 from ..serdes import Serde
 from ..topics import TopicSpec
 from ..topology import nodes as ir
+from ..windowing.join_windows import JoinWindows
 from .draft import TopologyDraft, check_callable, check_serde
 
 if TYPE_CHECKING:
+    from .global_table import GlobalTable
     from .grouped import GroupedStream
     from .table import Table
 
@@ -178,29 +180,141 @@ class Stream:
         check_serde(value_serde, "value_serde")
         return GroupedStream(self._draft, self._node, key_serde, value_serde)
 
-    def join(self, table: "Table", joiner: Callable[[Any, Any], Any], *, name: Optional[str] = None,
-             key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None) -> "Stream":
-        """Join each record with ``table``'s current value for its key: ``joiner(value,
-        table_value)``; records whose key has no row are dropped. Table updates emit
-        nothing. The inputs must be co-partitioned; a key changed before the join
-        repartitions the stream (``key_serde``/``value_serde`` serialize that topic)."""
-        return self._table_join(table, joiner, name, key_serde, value_serde, left=False)
+    def join(self, other: Union["Stream", "Table", "GlobalTable"], joiner: Optional[Callable[[Any, Any], Any]] = None,
+             windows: Optional[JoinWindows] = None, *, key_selector: Optional[Callable[[Any, Any], Any]] = None,
+             name: Optional[str] = None, key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None,
+             other_value_serde: Optional[Serde] = None, late_records_topic: Optional[str] = None) -> "Stream":
+        """Inner join; ``joiner(value, other_value)`` makes each result.
 
-    def left_join(self, table: "Table", joiner: Callable[[Any, Any], Any], *, name: Optional[str] = None,
-                  key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None) -> "Stream":
-        """As :meth:`join`, but a record whose key has no row is joined with ``None``."""
-        return self._table_join(table, joiner, name, key_serde, value_serde, left=True)
+        - With a stream and ``sk.JoinWindows``: records of the two streams with the same
+          key and timestamps within the window join (every pair). Both sides are buffered
+          in changelogged window stores; a record arriving after its window closed is
+          late (dropped, counted, written to ``late_records_topic`` if given).
+        - With a table: each record joins the table's current value for its key; records
+          without a row are dropped and table updates emit nothing.
+        - With a global table: each record joins the row whose key is
+          ``key_selector(key, value)``; no co-partitioning is needed.
 
-    def _table_join(self, table: "Table", joiner: Callable[[Any, Any], Any], name: Optional[str],
-                    key_serde: Optional[Serde], value_serde: Optional[Serde], *, left: bool) -> "Stream":
-        from ..serdes import Json
+        Stream and table inputs must be co-partitioned; a key changed before the join
+        repartitions the stream (``key_serde``, ``value_serde`` and, for the other
+        stream, ``other_value_serde`` serialize those topics and the join's buffers).
+        """
+        return self._join(other, joiner, windows, key_selector, name, key_serde, value_serde, other_value_serde,
+                          late_records_topic, how="inner")
+
+    def left_join(self, other: Union["Stream", "Table", "GlobalTable"],
+                  joiner: Optional[Callable[[Any, Any], Any]] = None, windows: Optional[JoinWindows] = None, *,
+                  key_selector: Optional[Callable[[Any, Any], Any]] = None, name: Optional[str] = None,
+                  key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None,
+                  other_value_serde: Optional[Serde] = None, late_records_topic: Optional[str] = None) -> "Stream":
+        """As :meth:`join`, but every record of this stream gives a result: one without a
+        partner is joined with ``None``. For a stream-stream join, that result is emitted
+        when the record's window closes (stream time past its end plus grace), and only
+        if no partner arrived by then."""
+        return self._join(other, joiner, windows, key_selector, name, key_serde, value_serde, other_value_serde,
+                          late_records_topic, how="left")
+
+    def outer_join(self, other: "Stream", joiner: Callable[[Any, Any], Any], windows: JoinWindows, *,
+                   name: Optional[str] = None, key_serde: Optional[Serde] = None,
+                   value_serde: Optional[Serde] = None, other_value_serde: Optional[Serde] = None,
+                   late_records_topic: Optional[str] = None) -> "Stream":
+        """Stream-stream join where a record of either side without a partner gives
+        ``joiner(value, None)`` or ``joiner(None, other_value)`` when its window closes."""
+        return self._join(other, joiner, windows, None, name, key_serde, value_serde, other_value_serde,
+                          late_records_topic, how="outer")
+
+    def _join(self, other: Any, joiner: Optional[Callable[[Any, Any], Any]], windows: Optional[JoinWindows],
+              key_selector: Optional[Callable[[Any, Any], Any]], name: Optional[str], key_serde: Optional[Serde],
+              value_serde: Optional[Serde], other_value_serde: Optional[Serde],
+              late_records_topic: Optional[str], *, how: str) -> "Stream":
+        from .global_table import GlobalTable
         from .table import Table
 
-        node = self._named(name, "left_join" if left else "join")
-        if not isinstance(table, Table) or table._draft is not self._draft:
+        operation = {"inner": "join", "left": "left_join", "outer": "outer_join"}[how]
+        node = self._named(name, operation)
+        if joiner is None:
+            raise TopologyError(f"{node}: {operation}() needs a joiner: joiner(value, other_value) -> result")
+        if isinstance(other, Stream):
+            if windows is None:
+                raise TopologyError(f"{node}: a stream-stream {operation}() needs windows: "
+                                    "sk.JoinWindows.of(timedelta(...), grace=timedelta(...))")
+            if key_selector is not None:
+                raise TopologyError(f"{node}: key_selector is for global-table joins only")
+            return self._stream_join(other, joiner, windows, node, key_serde, value_serde, other_value_serde,
+                                     late_records_topic, how)
+        if windows is not None or late_records_topic is not None or other_value_serde is not None:
+            raise TopologyError(f"{node}: windows, late_records_topic and other_value_serde are for "
+                                "stream-stream joins; a table join reads the table's current value")
+        if how == "outer":
+            raise TopologyError(f"{node}: outer_join() joins two streams; a stream has no outer join "
+                                "with a table (use left_join)")
+        if isinstance(other, GlobalTable):
+            return self._global_join(other, joiner, key_selector, node, left=how == "left")
+        if key_selector is not None:
+            raise TopologyError(f"{node}: key_selector is for global-table joins (b.global_table(...)); "
+                                "to join a table on another key, select_key(...) first")
+        if not isinstance(other, Table):
             raise TopologyError(
-                f"{node}: join() takes a table of the same topology (b.table(...) or an aggregation); "
-                f"got {table!r}. Stream-stream joins are not available yet")
+                f"{node}: {operation}() takes a stream, a table or a global table of the same topology; "
+                f"got {other!r}")
+        return self._table_join(other, joiner, node, key_serde, value_serde, left=how == "left")
+
+    def _global_join(self, table: "GlobalTable", joiner: Callable[[Any, Any], Any],
+                     key_selector: Optional[Callable[[Any, Any], Any]], node: str, *, left: bool) -> "Stream":
+        if table._draft is not self._draft:
+            raise TopologyError(f"{node}: the global table belongs to another topology")
+        if key_selector is None:
+            raise TopologyError(f"{node}: a global-table join needs key_selector=lambda key, value: <the "
+                                "table's key for this record>")
+        check_callable(key_selector, "key_selector", ("key", "value"), node)
+        check_callable(joiner, "joiner", ("value", "table_value"), node)
+        return self._then(ir.GlobalTableJoinNode(node, (self._node,), global_store=table.store,
+                                                 key_selector=key_selector, joiner=joiner, left=left))
+
+    def _stream_join(self, other: "Stream", joiner: Callable[[Any, Any], Any], windows: JoinWindows, node: str,
+                     key_serde: Optional[Serde], value_serde: Optional[Serde], other_value_serde: Optional[Serde],
+                     late_records_topic: Optional[str], how: str) -> "Stream":
+        from ..serdes import Bytes, Json
+        from ..stores import StoreSpec
+        from ..state.value_list import ValueListSerde
+
+        if other._draft is not self._draft:
+            raise TopologyError(f"{node}: the other stream belongs to another topology")
+        if not isinstance(windows, JoinWindows):
+            raise TopologyError(f"{node}: windows must be sk.JoinWindows.of(...), got {windows!r}")
+        for stream in (self, other):
+            if stream._keyless:
+                raise TopologyError(f"{node}: stream '{stream._node}' has no key (Void key serde): "
+                                    "select_key(...) before the join")
+        check_callable(joiner, "joiner", ("value", "other_value"), node)
+        for serde, what in ((key_serde, "key_serde"), (value_serde, "value_serde"),
+                            (other_value_serde, "other_value_serde")):
+            check_serde(serde, what)
+        keys, left_values, right_values = key_serde or Json(), value_serde or Json(), other_value_serde or Json()
+        retention = max(1, windows.retention_ms)
+        size = max(1, windows.size_ms)
+        left_store, right_store = f"{node}-left-buffer", f"{node}-right-buffer"
+        self._draft.add_store(StoreSpec(left_store, "window", keys, ValueListSerde(left_values),
+                                        retention_ms=retention, window_size_ms=size), node)
+        self._draft.add_store(StoreSpec(right_store, "window", keys, ValueListSerde(right_values),
+                                        retention_ms=retention, window_size_ms=size), node)
+        unmatched = None
+        if how != "inner":
+            unmatched = f"{node}-unmatched"
+            self._draft.add_store(StoreSpec(unmatched, "key_value", Bytes(), Bytes()), node)
+        if late_records_topic is not None:
+            self._draft.resolve_topic(late_records_topic)
+        return self._then(ir.StreamStreamJoinNode(
+            node, (self._node, other._node), windows=windows, joiner=joiner, how=how, left_store=left_store,
+            right_store=right_store, unmatched_store=unmatched, key_serde=keys, value_serde=left_values,
+            other_value_serde=right_values, late_records_topic=late_records_topic), keyless=False)
+
+    def _table_join(self, table: "Table", joiner: Callable[[Any, Any], Any], node: str,
+                    key_serde: Optional[Serde], value_serde: Optional[Serde], *, left: bool) -> "Stream":
+        from ..serdes import Json
+
+        if table._draft is not self._draft:
+            raise TopologyError(f"{node}: the table belongs to another topology")
         if table.windowed:
             raise TopologyError(f"{node}: a windowed table cannot be joined with a stream")
         if self._keyless:

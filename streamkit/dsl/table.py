@@ -105,11 +105,90 @@ class Table:
             else:
                 steps.append(("map_values", node.mapper, False))
             node = self._draft.names[node.parents[0]]
-        if not isinstance(node, (ir.TableSourceNode, ir.AggregateNode, ir.TableAggregateNode)):
+        if not isinstance(node, (ir.TableSourceNode, ir.AggregateNode, ir.TableAggregateNode, ir.ForeignKeyJoinNode)):
             raise TopologyError(
                 f"{where}: table '{self._node}' cannot be joined: it is not backed by a store ({node.kind}); "
                 "join the table it comes from, or materialize it with to_stream().to(topic) and b.table(topic)")
         return node.name, node.stores[0], tuple(reversed(steps))
+
+    def join(self, other: "Table", joiner: Callable[[Any, Any], Any], *,
+             foreign_key_extractor: Optional[Callable[[Any], Any]] = None, name: Optional[str] = None,
+             value_serde: Optional[Serde] = None) -> "Table":
+        """Join with ``other``: ``joiner(value, other_value)`` for keys with a row on both
+        sides. An update or delete on either side emits the new result or its deletion.
+
+        With ``foreign_key_extractor(value)``, each row joins the row of ``other`` whose key
+        the extractor returns (many-to-one); the tables need not be co-partitioned. A row
+        whose foreign key changes has its old result replaced (or deleted). The results
+        are kept in a store named like the join (``value_serde`` stores them)."""
+        return self._join(other, joiner, foreign_key_extractor, name, value_serde, how="inner")
+
+    def left_join(self, other: "Table", joiner: Callable[[Any, Any], Any], *,
+                  foreign_key_extractor: Optional[Callable[[Any], Any]] = None, name: Optional[str] = None,
+                  value_serde: Optional[Serde] = None) -> "Table":
+        """As :meth:`join`, but every row of this table has a result: ``joiner(value, None)``
+        while ``other`` has no matching row."""
+        return self._join(other, joiner, foreign_key_extractor, name, value_serde, how="left")
+
+    def outer_join(self, other: "Table", joiner: Callable[[Any, Any], Any], *,
+                   name: Optional[str] = None) -> "Table":
+        """Key join where a key with a row on either side has a result (``None`` for the
+        missing side)."""
+        return self._join(other, joiner, None, name, None, how="outer")
+
+    def _join(self, other: "Table", joiner: Callable[[Any, Any], Any],
+              extractor: Optional[Callable[[Any], Any]], name: Optional[str], value_serde: Optional[Serde], *,
+              how: str) -> "Table":
+        operation = {"inner": "join", "left": "left_join", "outer": "outer_join"}[how]
+        node = self._draft.name_for(name, self._node, operation)
+        if not isinstance(other, Table) or other._draft is not self._draft:
+            raise TopologyError(f"{node}: Table.{operation}() takes a table of the same topology, got {other!r}")
+        if self.windowed or other.windowed:
+            raise TopologyError(f"{node}: windowed tables cannot be joined")
+        check_callable(joiner, "joiner", ("value", "other_value"), node)
+        check_serde(value_serde, "value_serde")
+        left_node, left_store, left_view = self._materialized_view(node)
+        right_node, right_store, right_view = other._materialized_view(node)
+        if extractor is None:
+            self._draft.append(ir.TableTableJoinNode(
+                node, (self._node, other._node), joiner=joiner, how=how, left_store=left_store,
+                right_store=right_store, left_view=left_view, right_view=right_view))
+            return Table(self._draft, node, key_serde=self._key_serde)
+        return self._foreign_key_join(other, joiner, extractor, node, value_serde, left_store, left_view,
+                                      right_store, right_view, left=how == "left")
+
+    def _foreign_key_join(self, other: "Table", joiner: Callable[[Any, Any], Any], extractor: Callable[[Any], Any],
+                          node: str, value_serde: Optional[Serde], left_store: str, left_view: Any,
+                          right_store: str, right_view: Any, *, left: bool) -> "Table":
+        from ..serdes import Bytes
+        from ..topology.fk_serdes import ResponseSerde, SubscriptionSerde
+
+        check_callable(extractor, "foreign_key_extractor", ("value",), node)
+        draft = self._draft
+        subscribe = draft.append(ir.ForeignKeySubscribeNode(
+            f"{node}-subscribe", (self._node,), extractor=extractor, left_key_serde=self._key_serde,
+            left_value_serde=self._value_serde, right_key_serde=other._key_serde))
+        registration = draft.append(ir.RepartitionNode(
+            f"{node}-subscription-repartition", (subscribe.name,), topic_suffix=f"{node}-subscription-repartition",
+            key_serde=Bytes(), value_serde=SubscriptionSerde()))
+        subscriptions = f"{node}-subscriptions"
+        draft.add_store(StoreSpec(subscriptions, "key_value", Bytes(), Bytes()), node)
+        answers = draft.append(ir.ForeignKeySubscriptionNode(
+            subscriptions, (registration.name,), store=subscriptions, right_store=right_store,
+            right_view=right_view, right_key_serde=other._key_serde, right_value_serde=other._value_serde))
+        updates = draft.append(ir.ForeignKeyRightUpdateNode(
+            f"{node}-right-updates", (other._node,), store=subscriptions, right_key_serde=other._key_serde,
+            right_value_serde=other._value_serde))
+        responses = draft.append(ir.RepartitionNode(
+            f"{node}-response-repartition", (answers.name, updates.name),
+            topic_suffix=f"{node}-response-repartition", key_serde=Bytes(), value_serde=ResponseSerde()))
+        results = value_serde or Json()
+        draft.add_store(StoreSpec(node, "key_value", self._key_serde, results), node)
+        draft.append(ir.ForeignKeyJoinNode(
+            node, (responses.name,), store=node, left_store=left_store, left_view=left_view,
+            left_key_serde=self._key_serde, left_value_serde=self._value_serde,
+            right_value_serde=other._value_serde, joiner=joiner, left=left))
+        return Table(draft, node, key_serde=self._key_serde, value_serde=results)
 
     def to_stream(self, *, name: Optional[str] = None) -> "Stream":
         """The table's updates as a stream of (key, new value); deletes are ``None`` values."""

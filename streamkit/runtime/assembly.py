@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ..state.task_stores import open_task_stores
 from ..topology import Topology
@@ -26,7 +26,8 @@ class TaskSettings:
 
 
 def create_task(topology: Topology, sub: SubTopology, partition: int, *, partitions: Mapping[str, int],
-                collector: RecordCollector, wall_clock: Callable[[], int], settings: TaskSettings) -> Task:
+                collector: RecordCollector, wall_clock: Callable[[], int], settings: TaskSettings,
+                global_stores: Optional[Mapping[str, Any]] = None) -> Task:
     """A ready-to-run task for ``sub`` on ``partition`` with its stores opened (not yet restored)."""
     stores = open_task_stores((topology.stores[name] for name in sub.store_names), app_id=topology.app_id,
                               task_id=task_id(sub.id, partition), partition=partition,
@@ -35,4 +36,4 @@ def create_task(topology: Topology, sub: SubTopology, partition: int, *, partiti
                 wall_clock=wall_clock, caching=settings.caching,
                 deserialization_error_handler=settings.deserialization_error_handler,
                 processing_error_handler=settings.processing_error_handler,
-                close_idle_windows_after_ms=settings.close_idle_windows_after_ms)
+                close_idle_windows_after_ms=settings.close_idle_windows_after_ms, global_stores=global_stores)

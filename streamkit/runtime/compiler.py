@@ -7,7 +7,7 @@ on node types. User functions are wrapped only to name the node in errors.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 from ..errors import SerializationError, StreamkitError, TopologyError, UserFunctionError
 from ..topology import Topology
@@ -62,14 +62,23 @@ def fan_out(targets: List[Downstream]) -> Downstream:
 
 def compile_sub_topology(topology: Topology, sub: SubTopology, task: TaskContext) -> Dict[str, Downstream]:
     """Compile every node of ``sub``; return the entry callable of each source node by name."""
-    compiled: Dict[str, Downstream] = {}
+    compiled: Dict[str, Any] = {}
     for name in reversed(sub.node_names):
         node = topology.nodes[name]
-        children = {child: compiled[child] for child in topology.children[name]}
+        children = {child: _entry(compiled[child], topology.nodes[child].parents, name)
+                    for child in topology.children[name]}
         downstream = fan_out(list(children.values()))
         compiled[name] = COMPILERS[type(node)](node, downstream, CompileEnv(task, children, topology))
     return {name: compiled[name] for name in sub.node_names
             if isinstance(topology.nodes[name], ir.SourceNode)}
+
+
+def _entry(compiled: Any, parents: Tuple[str, ...], parent: str) -> Downstream:
+    """What ``parent`` calls: a two-input node (a join) compiles to one callable per
+    input, ``(left, right)``, matched to its parents by position."""
+    if not isinstance(compiled, tuple):
+        return compiled
+    return fan_out([side for side, name in zip(compiled, parents) if name == parent])
 
 
 def user_error(node: str, exc: Exception) -> UserFunctionError:
@@ -465,7 +474,10 @@ COMPILERS: Dict[type, Compiler] = {
 }
 
 # Compilers of windowed operations and joins live in their own modules (they import this one).
-from .joins import compile_stream_table_join  # noqa: E402
+from .joins import compile_global_table_join, compile_stream_table_join  # noqa: E402
+from .stream_joins import compile_stream_stream_join  # noqa: E402
+from .table_joins import (compile_fk_join, compile_fk_right_updates, compile_fk_subscribe,  # noqa: E402
+                          compile_fk_subscriptions, compile_table_table_join)
 from .suppression import compile_suppress  # noqa: E402
 from .windowed_aggregates import compile_session_aggregate, compile_windowed_aggregate  # noqa: E402
 
@@ -474,4 +486,11 @@ COMPILERS.update({
     ir.SessionAggregateNode: compile_session_aggregate,
     ir.SuppressNode: compile_suppress,
     ir.StreamTableJoinNode: compile_stream_table_join,
+    ir.StreamStreamJoinNode: compile_stream_stream_join,
+    ir.GlobalTableJoinNode: compile_global_table_join,
+    ir.TableTableJoinNode: compile_table_table_join,
+    ir.ForeignKeySubscribeNode: compile_fk_subscribe,
+    ir.ForeignKeySubscriptionNode: compile_fk_subscriptions,
+    ir.ForeignKeyRightUpdateNode: compile_fk_right_updates,
+    ir.ForeignKeyJoinNode: compile_fk_join,
 })

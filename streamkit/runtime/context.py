@@ -25,11 +25,14 @@ class TaskContext:
 
     def __init__(self, *, app_id: str, task_id: str, partition: int, stores: Mapping[str, KeyValueStore],
                  collector: RecordCollector, partitions: Mapping[str, int],
-                 wall_clock: Callable[[], int], metrics: TaskMetrics, caching: bool = False) -> None:
+                 wall_clock: Callable[[], int], metrics: TaskMetrics, caching: bool = False,
+                 global_stores: Optional[Mapping[str, Any]] = None) -> None:
         self.app_id = app_id
         self.task_id = task_id
         self.partition = partition
         self.stores = stores
+        self.global_stores: Mapping[str, Any] = global_stores or {}
+        """The worker's global-table stores by name (shared by its tasks, read-only to them)."""
         self.collector = collector
         self.partitions = partitions
         self.wall_clock = wall_clock

@@ -47,7 +47,8 @@ class Task:
                  stores: TaskStores, collector: RecordCollector,
                  partitions: Mapping[str, int], wall_clock: Callable[[], int], caching: bool = False,
                  deserialization_error_handler: str = "fail", processing_error_handler: str = "fail",
-                 close_idle_windows_after_ms: Optional[int] = None) -> None:
+                 close_idle_windows_after_ms: Optional[int] = None,
+                 global_stores: Optional[Mapping[str, Any]] = None) -> None:
         self.id = task_id(sub.id, partition)
         self.sub_topology = sub
         self.partition = partition
@@ -57,7 +58,8 @@ class Task:
         self.stores: Dict[str, KeyValueStore] = stores.by_name
         self.context = TaskContext(app_id=topology.app_id, task_id=self.id, partition=partition,
                                    stores=self.stores, collector=collector, partitions=partitions,
-                                   wall_clock=wall_clock, metrics=self.metrics, caching=caching)
+                                   wall_clock=wall_clock, metrics=self.metrics, caching=caching,
+                                   global_stores=global_stores)
         dlq = f"{topology.app_id}-dlq"
         self.errors = ErrorPolicy(deserialization=deserialization_error_handler,
                                   processing=processing_error_handler, dlq_topic=dlq,

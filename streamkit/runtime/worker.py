@@ -28,6 +28,7 @@ from ..transport.base import (Consumer, GroupPlan, Membership, Producer, TaskAss
 from ..transport.factory import open_transport
 from .assembly import TaskSettings, create_task
 from .collector import RecordCollector
+from .global_tables import GlobalTables
 from .record_order import merge_by_timestamp, timestamp_ordered_runs
 from .metrics import TaskMetrics
 from .standby import StandbyTasks
@@ -78,6 +79,7 @@ class Worker:
         self._per_task_producers = self.exactly_once and transport.transactional_id_per_task()
         self._membership: Optional[Membership] = None
         self._standbys: Optional[StandbyTasks] = None
+        self._globals: Optional[GlobalTables] = None
         self._changelog_ends: Dict[TopicPartition, int] = {}
         self._commit_deferred = False
         """The last commit's input offsets were refused by a rebalancing group."""
@@ -116,6 +118,8 @@ class Worker:
             self._consumer = self._membership.consumer() or transport.consumer(app.id, read_committed=True)
             self._restore_consumer = _reader(transport, app.id)
             self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app.id))
+            self._globals = GlobalTables(topology, backend=app.store_backend, state_dir=self._state.path,
+                                         consumer=_reader(transport, app.id) if topology.global_tables else None)
             if self.exactly_once and not self._per_task_producers:
                 self._producers[SHARED] = transport.producer(transactional_id=f"{app.id}-{uuid.uuid4().hex[:12]}")
             elif not self.exactly_once:
@@ -125,6 +129,7 @@ class Worker:
                      transport.url, len(self._plan_tasks), self.guarantee, self._state.path)
             if SHARED in self._producers and self.exactly_once:
                 await self._producers[SHARED].begin_transaction()
+            await self._globals.load(transport.admin, self.partitions)  # before any task runs
             await self._loop()
             await self._final_commit()
         except BaseException:
@@ -153,6 +158,8 @@ class Worker:
                 log.info("no input for %.1f s: stopping (--until-idle)", self.until_idle)
                 return
             fetch_started = time.monotonic()
+            assert self._globals is not None
+            await self._globals.update()
             if await self._process_available():
                 idle_since = None
             elif idle_since is None:
@@ -274,7 +281,7 @@ class Worker:
             await producer.begin_transaction()
         task = create_task(self.topology, sub, partition, partitions=self.partitions,
                            collector=RecordCollector(), wall_clock=lambda: int(time.time() * 1000),
-                           settings=self.settings)
+                           settings=self.settings, global_stores=self._globals.stores if self._globals else None)
         self.tasks[tid] = task
         inputs = task.input_partitions
         positions = await self._consumer.committed(inputs)
@@ -476,6 +483,9 @@ class Worker:
         clients = [self._consumer, self._restore_consumer, *self._producers.values(), *self._retired_producers]
         if self._standbys is not None:
             clients.append(self._standbys.reader)
+        if self._globals is not None:
+            clients.append(self._globals.consumer)
+            self._globals.close()
         self._producers.clear()
         self._retired_producers = []
         for client in clients:

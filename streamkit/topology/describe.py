@@ -6,8 +6,9 @@ from datetime import timedelta
 from typing import List
 
 from .model import Topology
-from .nodes import (AggregateNode, Node, ProcessNode, SinkNode, SourceNode, StreamTableJoinNode, SuppressNode,
-                    TableAggregateNode, WindowAggregationNode)
+from .nodes import (AggregateNode, ForeignKeySubscribeNode, GlobalTableJoinNode, Node, ProcessNode, SinkNode,
+                    SourceNode, StreamStreamJoinNode, StreamTableJoinNode, SuppressNode, TableAggregateNode,
+                    TableTableJoinNode, WindowAggregationNode)
 
 
 def _windows_text(windows: object) -> str:
@@ -29,6 +30,16 @@ def _detail(node: Node) -> str:
         return f"{node.kind}: {node.suppressed.mode}"
     if isinstance(node, StreamTableJoinNode):
         return f"{'left ' if node.left else ''}join with table {node.table}"
+    if isinstance(node, StreamStreamJoinNode):
+        w = node.windows
+        return (f"{node.how} join of streams, JoinWindows(before={w.before_ms}ms, after={w.after_ms}ms, "
+                f"grace={w.grace_ms}ms)")
+    if isinstance(node, TableTableJoinNode):
+        return f"{node.how} join of tables"
+    if isinstance(node, GlobalTableJoinNode):
+        return f"{'left ' if node.left else ''}join with global table {node.global_store}"
+    if isinstance(node, ForeignKeySubscribeNode):
+        return "foreign-key join: subscribe"
     if isinstance(node, ProcessNode):
         return f"process: {node.processor.display_name}"
     return node.kind
@@ -59,6 +70,10 @@ def describe_text(topology: Topology) -> str:
             log = (f"changelog: {topology.changelog_topic(name)}" if spec.changelog
                    else "no changelog: rebuilt from the input topics when local state is lost")
             lines.append(f"    {name} ({spec.kind}, {log})")
+    if topology.global_tables:
+        lines.append("  Global tables (every partition on every worker):")
+        for name, topic in topology.global_tables.items():
+            lines.append(f"    {name} (topic: {topic})")
     return "\n".join(lines) + "\n"
 
 

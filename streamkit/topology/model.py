@@ -1,7 +1,7 @@
 """The built topology: immutable data every backend walks."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
 from ..stores import StoreSpec
@@ -37,6 +37,8 @@ class Topology:
     stores: Mapping[str, StoreSpec]
     topics: Mapping[str, TopicSpec]
     """Every topic the topology reads or writes, internal ones included."""
+    global_tables: Mapping[str, str] = field(default_factory=dict)
+    """Global table stores by name: the topic each one replicates (read by every worker)."""
 
     def node(self, name: str) -> Node:
         return self.nodes[name]

@@ -323,6 +323,136 @@ class StreamTableJoinNode(Node):
         return (self.store,)
 
 
+@dataclass(frozen=True)
+class StreamStreamJoinNode(Node):
+    """Joins two streams within ``windows`` (a :class:`~streamkit.windowing.JoinWindows`);
+    ``parents`` are (left, right). Each side is buffered in a window store; ``how`` is
+    "inner", "left" or "outer". A left/outer result for a record without a partner is
+    emitted once its window closes (stream time past its end plus grace), from the
+    ``unmatched_store``."""
+
+    windows: Any = None
+    joiner: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    how: str = "inner"
+    left_store: str = ""
+    right_store: str = ""
+    unmatched_store: Optional[str] = None
+    key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    other_value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    late_records_topic: Optional[str] = None
+    kind: ClassVar[str] = "stream_stream_join"
+    stateful: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        own = (self.left_store, self.right_store)
+        return own + ((self.unmatched_store,) if self.unmatched_store else ())
+
+
+@dataclass(frozen=True)
+class TableTableJoinNode(Node):
+    """Joins two tables on their key; ``parents`` are (left, right), each forwarding its
+    updates. An update of either side emits the new joined value (or its deletion) as a
+    Change, reading the other side's store through its stateless steps (``*_view``)."""
+
+    joiner: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    how: str = "inner"
+    left_store: str = ""
+    right_store: str = ""
+    left_view: Tuple[Tuple[str, Callable[..., Any], bool], ...] = ()
+    right_view: Tuple[Tuple[str, Callable[..., Any], bool], ...] = ()
+    kind: ClassVar[str] = "table_table_join"
+    stateful: ClassVar[bool] = True
+    emits_changes: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.left_store, self.right_store)
+
+
+@dataclass(frozen=True)
+class GlobalTableJoinNode(Node):
+    """Joins each stream record with the row of a global table (fully replicated on every
+    worker) whose key is ``key_selector(key, value)``. Needs no co-partitioning."""
+
+    global_store: str = ""
+    key_selector: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    joiner: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    left: bool = False
+    kind: ClassVar[str] = "global_table_join"
+
+
+@dataclass(frozen=True)
+class ForeignKeySubscribeNode(Node):
+    """Left side of a foreign-key join: turns each update of a left row into subscription
+    messages (keyed by the foreign key's bytes, or by the left key's when there is no
+    foreign key) for the right side's task."""
+
+    extractor: Callable[[Any], Any] = None  # type: ignore[assignment]
+    left_key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    left_value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    right_key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    kind: ClassVar[str] = "fk_subscribe"
+
+
+@dataclass(frozen=True)
+class ForeignKeySubscriptionNode(Node):
+    """Right side of a foreign-key join: records which left keys refer to each right key
+    (the subscription store) and answers each subscription with the right row."""
+
+    store: str = ""
+    right_store: str = ""
+    right_view: Tuple[Tuple[str, Callable[..., Any], bool], ...] = ()
+    right_key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    right_value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    kind: ClassVar[str] = "fk_subscriptions"
+    stateful: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store, self.right_store)
+
+
+@dataclass(frozen=True)
+class ForeignKeyRightUpdateNode(Node):
+    """Right side of a foreign-key join: an update of a right row is sent to every left
+    key subscribed to it."""
+
+    store: str = ""
+    right_key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    right_value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    kind: ClassVar[str] = "fk_right_updates"
+    stateful: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store,)
+
+
+@dataclass(frozen=True)
+class ForeignKeyJoinNode(Node):
+    """Left side of a foreign-key join: joins each response with the left row it answers,
+    dropping responses to a left value that has changed since (a hash check), and keeps
+    the result in ``store`` so that each update carries the previous result."""
+
+    store: str = ""
+    left_store: str = ""
+    left_view: Tuple[Tuple[str, Callable[..., Any], bool], ...] = ()
+    left_key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    left_value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    right_value_serde: Serde = field(default=None)  # type: ignore[assignment]
+    joiner: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    left: bool = False
+    kind: ClassVar[str] = "fk_join"
+    stateful: ClassVar[bool] = True
+    emits_changes: ClassVar[bool] = True
+
+    @property
+    def stores(self) -> Tuple[str, ...]:
+        return (self.store, self.left_store)
+
+
 class Change:
     """A table update: the key's ``new`` and ``old`` value (``None`` = absent)."""
 

@@ -10,11 +10,16 @@ from ..stores import WINDOWED_KINDS, StoreSpec
 from ..topics import TopicSpec
 from .change_serde import ChangeSerde
 from .model import SubTopology, Topology
-from .nodes import Node, RepartitionNode, SinkNode, SourceNode, StreamTableJoinNode, TableAggregateNode
+from .nodes import (ForeignKeyJoinNode, ForeignKeySubscriptionNode, Node, RepartitionNode, SinkNode, SourceNode,
+                    StreamStreamJoinNode, StreamTableJoinNode, TableAggregateNode, TableTableJoinNode)
+
+JOINS = (StreamTableJoinNode, StreamStreamJoinNode, TableTableJoinNode, ForeignKeyJoinNode,
+         ForeignKeySubscriptionNode)
+"""Nodes whose inputs must be co-partitioned."""
 
 
 def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, StoreSpec],
-                   topics: Mapping[str, TopicSpec]) -> Topology:
+                   topics: Mapping[str, TopicSpec], global_tables: Optional[Mapping[str, str]] = None) -> Topology:
     """Run every pass in order and return the immutable topology."""
     if not nodes:
         raise TopologyError(
@@ -46,6 +51,7 @@ def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, Stor
         sub_topologies=sub_topologies,
         stores=dict(stores),
         topics=all_topics,
+        global_tables=dict(global_tables or {}),
     )
 
 
@@ -85,7 +91,20 @@ def insert_repartitions(nodes: Sequence[Node]) -> List[Node]:
     key_changed: Dict[str, bool] = {}
     out: List[Node] = []
     for node in nodes:
-        if node.stateful and any(key_changed.get(p, False) for p in node.parents):
+        if isinstance(node, StreamStreamJoinNode) and any(key_changed.get(p, False) for p in node.parents):
+            parents = []
+            for side, parent, values in zip(("left", "right"), node.parents,
+                                            (node.value_serde, node.other_value_serde)):
+                if not key_changed.get(parent, False):
+                    parents.append(parent)
+                    continue
+                rep_name = f"{node.name}-{side}-repartition"
+                out.append(RepartitionNode(rep_name, (parent,), topic_suffix=rep_name,
+                                           key_serde=node.key_serde or Json(), value_serde=values or Json()))
+                key_changed[rep_name] = False
+                parents.append(rep_name)
+            node = dataclasses.replace(node, parents=tuple(parents))
+        elif node.stateful and any(key_changed.get(p, False) for p in node.parents):
             rep_name = f"{node.name}-repartition"
             carries_changes = isinstance(node, TableAggregateNode)
             key_serde = getattr(node, "key_serde", None) or Json()
@@ -174,9 +193,28 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
     ``existing`` holds the counts of topics already on the broker. Sources must
     exist or be declared with ``partitions=``; a repartition topic gets its
     declared count or its upstream task count; an undeclared sink topic gets the
-    task count of the sub-topology writing it.
+    task count of the sub-topology writing it. Repartition topics feeding one join
+    get one count: the largest of them.
     """
-    counts: Dict[str, int] = {}
+    forced: Dict[str, int] = {}
+    while True:
+        try:
+            return _resolve_partitions(topology, existing, forced)
+        except _Widen as widen:
+            forced.update(widen.counts)
+
+
+class _Widen(Exception):
+    """Join inputs that are all repartition topics came out with different counts: retry
+    with each set to the largest."""
+
+    def __init__(self, counts: Dict[str, int]) -> None:
+        super().__init__()
+        self.counts = counts
+
+
+def _resolve_partitions(topology: Topology, existing: Mapping[str, int], forced: Mapping[str, int]) -> Dict[str, int]:
+    counts: Dict[str, int] = dict(forced)
 
     def known(topic: str) -> int | None:
         if topic in existing:
@@ -196,6 +234,14 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
                 if _internal(topology, topic) and topology.topics[topic].partitions is None:
                     counts[topic] = max(external)  # type: ignore[type-var]
 
+    for store, topic in topology.global_tables.items():
+        count = known(topic)
+        if count is None:
+            raise TopologyError(
+                f"global table '{store}' reads topic '{topic}', which does not exist on the broker and has "
+                f"no partition count; create it or declare it with app.topic('{topic}', partitions=N)")
+        counts[topic] = count
+
     # Visit sub-topologies once their inputs are known: a repartition topic's count
     # comes from the sub-topology writing it, which may have a higher id.
     pending = list(topology.sub_topologies)
@@ -214,6 +260,11 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
                 counts[topic] = known(topic)  # type: ignore[assignment]
             join = _join_in(topology, sub)
             if join is not None and len({counts[t] for t in sub.source_topics}) > 1:
+                widest = max(counts[t] for t in sub.source_topics)
+                narrow = [t for t in sub.source_topics if counts[t] != widest]
+                if all(_internal(topology, t) and topology.topics[t].partitions is None and t not in forced
+                       for t in narrow):
+                    raise _Widen({t: widest for t in narrow})
                 inputs = " and ".join(f"'{t}' ({counts[t]} partitions)" for t in sub.source_topics)
                 raise TopologyError(
                     f"join '{join}' reads {inputs}: joined inputs must have the same partition count "
@@ -241,7 +292,7 @@ def resolve_partitions(topology: Topology, existing: Mapping[str, int]) -> Dict[
 
 def _join_in(topology: Topology, sub: SubTopology) -> Optional[str]:
     """The name of a join in ``sub``, if it has one."""
-    return next((name for name in sub.node_names if isinstance(topology.nodes[name], StreamTableJoinNode)), None)
+    return next((name for name in sub.node_names if isinstance(topology.nodes[name], JOINS)), None)
 
 
 def _internal(topology: Topology, topic: str) -> bool:

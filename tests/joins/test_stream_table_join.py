@@ -94,5 +94,5 @@ def test_join_errors_say_what_to_change() -> None:
     @app.topology
     def build(b: sk.StreamsBuilder) -> None:
         b.stream("orders").join(b.stream("payments"), lambda a, b: a)
-    with pytest.raises(TopologyError, match="takes a table"):
+    with pytest.raises(TopologyError, match="needs windows: sk.JoinWindows"):
         app.build()

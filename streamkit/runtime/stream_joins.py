@@ -1,0 +1,145 @@
+"""Compiled stream-stream joins (windowed, inner/left/outer).
+
+Each side's records are buffered in a window store keyed by (key, timestamp), a list
+of values per entry (duplicates kept). A record arriving on one side joins every
+buffered record of the other side within the join window, then is buffered itself.
+
+Left and outer joins must also say "no partner": a record that found none on arrival
+waits in the *unmatched* store (ordered by timestamp) until its window closes, that is
+until stream time passes its window's end plus grace; a partner arriving meanwhile
+takes it out. When stream time reaches the close, ``joiner(value, None)`` (or
+``joiner(None, value)`` for the right side of an outer join) is emitted with the
+record's timestamp. So an unmatched result is never emitted early and then contradicted.
+
+A record whose own window has already closed when it arrives is late: dropped, counted
+and written to the late-records topic if one is set.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, List, Tuple
+
+from ..state.value_list import ValueListSerde
+from ..topology import nodes as ir
+from .compiler import CompileEnv, Downstream, user_error
+from .late_records import LateRecords
+
+_TIME = struct.Struct(">Q")
+_TIME_BIAS = 2**63  # unsigned big-endian of (t + bias) sorts signed times in order
+_LEFT, _RIGHT = b"L", b"R"
+_NEVER = 2**63
+
+
+def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downstream,
+                               env: CompileEnv) -> Tuple[Downstream, Downstream]:
+    task = env.task
+    metrics = task.metrics
+    name, joiner = node.name, node.joiner
+    windows = node.windows
+    before, after, grace = windows.before_ms, windows.after_ms, windows.grace_ms
+    buffers = {_LEFT: task.stores[node.left_store], _RIGHT: task.stores[node.right_store]}
+    late = LateRecords(task, name, node.late_records_topic)
+    unmatched = task.stores[node.unmatched_store] if node.unmatched_store else None
+    lists = {_LEFT: ValueListSerde(node.value_serde), _RIGHT: ValueListSerde(node.other_value_serde)}
+    # How long after its own timestamp a side's record can still meet a partner.
+    reach = {_LEFT: after, _RIGHT: before}
+    deserialize_key = node.key_serde.deserialize
+    serialize_key = buffers[_LEFT].serialize_key
+    next_due = [-_NEVER]  # unknown after a restart: look once
+
+    def join(left_value: Any, right_value: Any) -> Any:
+        try:
+            return joiner(left_value, right_value)
+        except Exception as exc:
+            raise user_error(name, exc) from exc
+
+    def close_time(side: bytes, timestamp: int) -> int:
+        return timestamp + reach[side] + grace + 1
+
+    def unmatched_key(side: bytes, timestamp: int, key_bytes: bytes) -> bytes:
+        return _TIME.pack(timestamp + _TIME_BIAS) + side + key_bytes
+
+    def remember(side: bytes, timestamp: int, key_bytes: bytes, value: Any) -> None:
+        assert unmatched is not None
+        ukey = unmatched_key(side, timestamp, key_bytes)
+        serde = lists[side]
+        prior = unmatched.get(ukey)
+        values = [value] if prior is None else serde.deserialize(prior) + [value]
+        unmatched.put(ukey, serde.serialize(values))
+        due = close_time(side, timestamp)
+        if due < next_due[0]:
+            next_due[0] = due
+
+    def forget(side: bytes, timestamp: int, key_bytes: bytes) -> None:
+        assert unmatched is not None
+        ukey = unmatched_key(side, timestamp, key_bytes)
+        if unmatched.get(ukey) is not None:
+            unmatched.delete(ukey)
+
+    def emit_closed(stream_time: int) -> None:
+        """Emit (and drop) every unmatched record whose window has closed."""
+        assert unmatched is not None
+        earliest_close = min(before, after) + grace + 1
+        due: List[Tuple[bytes, bytes]] = []
+        next_close = _NEVER
+        for ukey, raw in unmatched.range(None, None):
+            timestamp = _TIME.unpack_from(ukey)[0] - _TIME_BIAS
+            if timestamp + earliest_close > stream_time:
+                next_close = min(next_close, timestamp + earliest_close)
+                break
+            close = close_time(ukey[8:9], timestamp)
+            if close <= stream_time:
+                due.append((ukey, raw))
+            else:
+                next_close = min(next_close, close)
+        next_due[0] = next_close
+        for ukey, raw in due:
+            side, timestamp = ukey[8:9], _TIME.unpack_from(ukey)[0] - _TIME_BIAS
+            key = deserialize_key(ukey[9:])
+            for value in lists[side].deserialize(raw):
+                downstream(key, join(value, None) if side == _LEFT else join(None, value), timestamp)
+            unmatched.delete(ukey)
+
+    def side_entry(side: bytes) -> Downstream:
+        other = _RIGHT if side == _LEFT else _LEFT
+        own_buffer, other_buffer = buffers[side], buffers[other]
+        low, high = (before, after) if side == _LEFT else (after, before)
+        own_get, own_put = own_buffer.get_serialized, own_buffer.put_serialized
+        scan = other_buffer.scan_serialized
+        keeps_unmatched = node.how == "outer" or (node.how == "left" and side == _LEFT)
+        partner_waits = node.how == "outer" or (node.how == "left" and side == _RIGHT)
+        is_left = side == _LEFT
+
+        def stream_stream_join(key: Any, value: Any, timestamp: int) -> None:
+            if key is None:
+                metrics.null_key_records_dropped += 1
+                return
+            if value is None:
+                return  # as in Kafka Streams: a null value joins nothing
+            stream_time = task.stream_time
+            if timestamp + high + grace < stream_time:
+                late.drop(key, timestamp, f"[{timestamp - low},{timestamp + high}] (grace {grace} ms)")
+                return
+            if unmatched is not None and stream_time >= next_due[0]:
+                emit_closed(stream_time)
+            try:
+                key_bytes = serialize_key(key)
+            except Exception as exc:
+                raise user_error(name, exc) from exc
+            matched = False
+            for other_time, values, _ts, _first in scan(key_bytes, timestamp - low, timestamp + high):
+                matched = True
+                if partner_waits:
+                    forget(other, other_time, key_bytes)
+                result_time = other_time if other_time > timestamp else timestamp
+                for other_value in values:
+                    downstream(key, join(value, other_value) if is_left else join(other_value, value),
+                               result_time)
+            prior = own_get(key_bytes, timestamp)
+            own_put(key_bytes, timestamp, [value] if prior is None else prior[0] + [value], timestamp)
+            if keeps_unmatched and not matched:
+                remember(side, timestamp, key_bytes, value)
+        return stream_stream_join
+
+    return side_entry(_LEFT), side_entry(_RIGHT)
+
