@@ -57,6 +57,17 @@ class TopologyDraft:
             raise TopologyError(f"topic '{topic}' is read both as a stream/table and as a global table")
         self.global_tables[store] = topic
 
+    def source_key_serde(self, node_name: str) -> Optional[Serde]:
+        """The key serde of the topic the keys of ``node_name`` come from unchanged, or None
+        if an operation on the way may have changed them (or the inputs disagree)."""
+        node = self.names[node_name]
+        if node.kind == "source":
+            return getattr(node, "key_serde", None)
+        if node.changes_key or node.stateful or not node.parents:
+            return None
+        found = [self.source_key_serde(parent) for parent in node.parents]
+        return found[0] if all(serde is not None and serde == found[0] for serde in found) else None
+
     def name_for(self, explicit: Optional[str], parent: str, kind: str) -> str:
         """``explicit`` if given, else ``<parent>.<kind>`` (``-2``, ``-3`` … for siblings)."""
         if explicit is not None:

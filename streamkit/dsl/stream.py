@@ -290,7 +290,10 @@ class Stream:
         for serde, what in ((key_serde, "key_serde"), (value_serde, "value_serde"),
                             (other_value_serde, "other_value_serde")):
             check_serde(serde, what)
-        keys, left_values, right_values = key_serde or Json(), value_serde or Json(), other_value_serde or Json()
+        # A repartitioned side must place keys as the other side's topic does: its key serde.
+        keys = (key_serde or self._draft.source_key_serde(self._node) or self._draft.source_key_serde(other._node)
+                or Json())
+        left_values, right_values = value_serde or Json(), other_value_serde or Json()
         retention = max(1, windows.retention_ms)
         size = max(1, windows.size_ms)
         left_store, right_store = f"{node}-left-buffer", f"{node}-right-buffer"
@@ -325,7 +328,8 @@ class Stream:
         table_node, store, view = table._materialized_view(node)
         return self._then(ir.StreamTableJoinNode(
             node, (self._node,), table=table_node, store=store, table_view=view, joiner=joiner, left=left,
-            key_serde=key_serde or Json(), value_serde=value_serde or Json()))
+            # a repartitioned stream must place keys as the table's topic does: with its key serde
+            key_serde=key_serde or table._key_serde, value_serde=value_serde or Json()))
 
     def group_by(self, selector: Callable[[Any, Any], Any], *, key_serde: Optional[Serde] = None,
                  value_serde: Optional[Serde] = None, name: Optional[str] = None) -> "GroupedStream":
