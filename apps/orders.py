@@ -22,14 +22,6 @@ from typing import Dict, List, Tuple
 
 import streamkit as sk
 
-app = sk.App("orders")
-
-text, json = sk.serdes.String(), sk.serdes.Json()
-orders_topic = app.topic("orders", key_serde=text, value_serde=json, partitions=3)
-payments_topic = app.topic("payments", key_serde=text, value_serde=json, partitions=3)
-customers_topic = app.topic("customers", key_serde=text, value_serde=json, partitions=3)
-regions_topic = app.topic("regions", key_serde=text, value_serde=json, partitions=1)
-
 PAYMENT_WINDOW = sk.JoinWindows.of(timedelta(minutes=5), grace=timedelta(seconds=30))
 
 
@@ -37,27 +29,40 @@ def event_time(key: str, value: dict) -> int:
     return value["ts"]
 
 
-@app.topology
-def build(b: sk.StreamsBuilder) -> None:
-    orders = b.stream(orders_topic, timestamp=event_time)
-    payments = b.stream(payments_topic, timestamp=event_time)
-    customers = b.table(customers_topic, "customers")
-    regions = b.global_table(regions_topic)
+def orders_app(app_id: str = "orders", prefix: str = "") -> sk.App:
+    """The app, with ``prefix`` before every topic name (tests run several on one broker)."""
+    app = sk.App(app_id)
+    text, json = sk.serdes.String(), sk.serdes.Json()
+    orders_topic = app.topic(f"{prefix}orders", key_serde=text, value_serde=json, partitions=3)
+    payments_topic = app.topic(f"{prefix}payments", key_serde=text, value_serde=json, partitions=3)
+    customers_topic = app.topic(f"{prefix}customers", key_serde=text, value_serde=json, partitions=3)
+    regions_topic = app.topic(f"{prefix}regions", key_serde=text, value_serde=json, partitions=1)
 
-    paid = orders.join(payments, lambda order, payment: {**order, "paid": payment["amount"]}, PAYMENT_WINDOW,
-                       name="paid")
-    enriched = (paid.select_key(lambda order_id, order: order["customer_id"], name="by-customer")
-                    .join(customers, lambda order, customer: {**order, "customer": customer["name"],
-                                                              "region_code": customer["region"]},
-                          name="with-customer"))
-    (enriched.join(regions, key_selector=lambda customer_id, order: order["region_code"],
-                   joiner=lambda order, region: {**order, "region": region["name"]}, name="with-region")
-             .to("orders-enriched", key_serde=text, value_serde=json))
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        orders = b.stream(orders_topic, timestamp=event_time)
+        payments = b.stream(payments_topic, timestamp=event_time)
+        customers = b.table(customers_topic, "customers")
+        regions = b.global_table(regions_topic)
 
-    (orders.left_join(payments, lambda order, payment: None if payment is not None else order, PAYMENT_WINDOW,
-                      name="unpaid-check")
-           .filter(lambda order_id, order: order is not None, name="unpaid")
-           .to("orders-unpaid", key_serde=text, value_serde=json))
+        paid = orders.join(payments, lambda order, payment: {**order, "paid": payment["amount"]},
+                           PAYMENT_WINDOW, name="paid")
+        enriched = (paid.select_key(lambda order_id, order: order["customer_id"], name="by-customer")
+                        .join(customers, lambda order, customer: {**order, "customer": customer["name"],
+                                                                  "region_code": customer["region"]},
+                              name="with-customer"))
+        (enriched.join(regions, key_selector=lambda customer_id, order: order["region_code"],
+                       joiner=lambda order, region: {**order, "region": region["name"]}, name="with-region")
+                 .to(f"{prefix}orders-enriched", key_serde=text, value_serde=json))
+
+        (orders.left_join(payments, lambda order, payment: None if payment is not None else order,
+                          PAYMENT_WINDOW, name="unpaid-check")
+               .filter(lambda order_id, order: order is not None, name="unpaid")
+               .to(f"{prefix}orders-unpaid", key_serde=text, value_serde=json))
+    return app
+
+
+app = orders_app()
 
 
 REGIONS = {"eu": "Europe", "us": "United States", "ap": "Asia Pacific"}
@@ -87,20 +92,22 @@ def sample(count: int, *, seed: int = 1, customers: int = 50, start_ms: int = 1_
     return data
 
 
-def produce_sample(broker: str, count: int, *, seed: int = 1) -> Dict[str, int]:
-    """Create the app's input topics on ``broker`` and write :func:`sample` data; return
-    the records written per topic."""
+def produce_sample(broker: str, count: int, *, seed: int = 1, prefix: str = "") -> Dict[str, int]:
+    """Create the app's input topics (named with ``prefix``) on ``broker`` and write
+    :func:`sample` data; return the records written per topic."""
     import asyncio
 
     from streamkit.transport.factory import open_transport
     from streamkit.transport.partitioner import partition_for_key
 
+    declared = orders_app(prefix=prefix)
     transport = open_transport(broker)
     written: Dict[str, int] = {}
     try:
         batches = []
         for topic, rows in sample(count, seed=seed).items():
-            spec = app.topics[topic]
+            topic = f"{prefix}{topic}"
+            spec = declared.topics[topic]
             transport.admin.create_topic(topic, spec.partitions or 1, exist_ok=True)
             per_partition: Dict[int, list] = {}
             for key, value, ts in rows:
@@ -109,9 +116,8 @@ def produce_sample(broker: str, count: int, *, seed: int = 1) -> Dict[str, int]:
                     (key_bytes, spec.value_serde.serialize(value), ts, None))
             batches += [(topic, partition, recs) for partition, recs in sorted(per_partition.items())]
             written[topic] = len(rows)
-        producer = transport.producer()
-
         async def send() -> None:
+            producer = transport.producer()  # inside the event loop (Kafka clients need one)
             await producer.send(batches)
             await producer.flush()
             await producer.aclose()
