@@ -68,6 +68,12 @@ class App:
     clock) advance its stream time by the idle wall-clock time, closing windows and
     releasing suppressed results; each advance is written to the changelog, so a
     restart does not undo it. Off by default, as in Kafka Streams.
+
+    A task with several inputs (a join, a table beside a stream) processes their
+    records in timestamp order. When one input has nothing fetched, it waits for it
+    while the broker reports unread records there (up to half a second), and also up
+    to ``max_task_idle`` for records not yet produced (default 0: no such wait), so
+    that a replay interleaves the inputs as the live run did.
     """
 
     def __init__(self, app_id: str, *, broker: Optional[str] = None,
@@ -78,7 +84,8 @@ class App:
                  state_dir: Optional[str] = None, store_backend: str = "rocksdb", caching: bool = True,
                  cache_max_bytes: int = 10 * 1024 * 1024, num_standby_replicas: int = 0,
                  kafka_config: Optional[Mapping[str, Any]] = None,
-                 close_idle_windows_after: Optional[timedelta] = None) -> None:
+                 close_idle_windows_after: Optional[timedelta] = None,
+                 max_task_idle: timedelta = timedelta(0)) -> None:
         if not isinstance(app_id, str) or not _APP_ID.match(app_id):
             raise ConfigError(f"app id {app_id!r} is invalid: use 1-200 of the characters [A-Za-z0-9._-]")
         if processing_guarantee not in GUARANTEES:
@@ -94,6 +101,8 @@ class App:
                                                      or close_idle_windows_after <= timedelta(0)):
             raise ConfigError(
                 f"close_idle_windows_after must be a positive timedelta, got {close_idle_windows_after!r}")
+        if not isinstance(max_task_idle, timedelta) or max_task_idle < timedelta(0):
+            raise ConfigError(f"max_task_idle must be a non-negative timedelta, got {max_task_idle!r}")
         if not isinstance(num_standby_replicas, int) or num_standby_replicas < 0:
             raise ConfigError(f"num_standby_replicas must be a non-negative int, got {num_standby_replicas!r}")
         self.id = app_id
@@ -115,6 +124,9 @@ class App:
         self.close_idle_windows_after_ms: Optional[int] = (
             None if close_idle_windows_after is None else close_idle_windows_after // timedelta(milliseconds=1))
         """Default of the windowed operations' ``close_idle_windows_after`` (off when None)."""
+        self.max_task_idle = max_task_idle
+        """How long a task with several inputs waits for an input that has no records
+        fetched before processing the others (see ARCHITECTURE.md, time)."""
         self._topics: Dict[str, TopicSpec] = {}
         self._topology_fns: List[Callable[[StreamsBuilder], None]] = []
         self._topology: Optional[Topology] = None

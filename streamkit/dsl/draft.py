@@ -38,6 +38,11 @@ class TopologyDraft:
 
     def add_source(self, node: Node) -> Node:
         """Append a source node; a topic may be read once (reuse the stream object instead)."""
+        topic = getattr(node, "topic")
+        for store, global_topic in self.global_tables.items():
+            if global_topic == topic:
+                raise TopologyError(f"topic '{topic}' is read both as a stream/table and as a global table "
+                                    f"('{store}'): read it once")
         for existing in self.nodes:
             if getattr(existing, "topic", None) == getattr(node, "topic") and existing.kind == "source":
                 raise TopologyError(
@@ -82,6 +87,9 @@ class TopologyDraft:
         return name
 
     def add_store(self, spec: StoreSpec, owner: str) -> None:
+        if spec.name in self.global_tables:
+            raise TopologyError(f"store name '{spec.name}' is used twice: it is the global table of topic "
+                                f"'{self.global_tables[spec.name]}' (at '{owner}'); give the store another name")
         existing = self.stores.get(spec.name)
         if existing is not None and existing != spec:
             raise TopologyError(

@@ -1,9 +1,10 @@
 """In which order a worker runs the records of one fetch round, and sends their output.
 
-Each partition's records run in offset order, always. Across partitions, runs are
-interleaved by record timestamp: the partition whose next record is earliest goes
-next, for as long as its records stay within ``TOLERANCE_MS`` of the earliest next
-record of the others. Without this, a worker would run one partition's whole batch
+Each partition's records run in offset order, always. A task with several input
+partitions orders their records by timestamp itself (see :mod:`task_inputs`); across
+tasks, runs are interleaved by record timestamp: the task whose next record is
+earliest goes next, for as long as its records stay within ``TOLERANCE_MS`` of the
+earliest next record of the others. Without this, a worker would run one partition's whole batch
 (minutes of event time) before the next partition's, and a downstream task reading
 their repartitioned output would see event time jump back by that much: records
 late for no reason other than the batching. For the same reason, what several
@@ -15,42 +16,40 @@ import heapq
 from operator import itemgetter
 from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
 
-from ..transport.base import FetchedBatch, OutgoingRecord, RawRecord
+from ..transport.base import OutgoingRecord, RawRecord, TopicPartition
 
 TOLERANCE_MS = 1_000
 """How far a run may go past the other partitions' earliest next record, in event time."""
 
-Run = Tuple[str, int, Sequence[RawRecord]]
-"""(topic, partition, records): consecutive records of one partition."""
+Lane = Sequence[Tuple[TopicPartition, Sequence[RawRecord]]]
+"""One task's released records: runs of one partition each, in the task's own order."""
 
 
-def timestamp_ordered_runs(batches: Sequence[FetchedBatch], max_run: int) -> Iterator[Run]:
-    """The records of ``batches`` as runs of at most ``max_run`` records."""
-    by_partition: Dict[Tuple[str, int], List[RawRecord]] = {}
-    for batch in batches:
-        if batch.records:
-            records = by_partition.setdefault((batch.topic, batch.partition), [])
-            records.extend(batch.records)
-    if len(by_partition) == 1:
-        ((topic, partition), records), = by_partition.items()
+def interleave_lanes(lanes: Sequence[Lane], max_run: int) -> Iterator[Tuple[TopicPartition, Sequence[RawRecord]]]:
+    """Every lane's runs, each lane's order kept, lanes interleaved by timestamp: the lane
+    whose next record is earliest goes next, for as long as its records stay within
+    ``TOLERANCE_MS`` of the other lanes' earliest next record; runs are cut at ``max_run``."""
+    lanes = [lane for lane in lanes if lane]
+    if len(lanes) == 1 and len(lanes[0]) == 1:
+        tp, records = lanes[0][0]
         for start in range(0, len(records), max_run):
-            yield topic, partition, records[start:start + max_run]
+            yield tp, records[start:start + max_run]
         return
-    heap = [(records[0][1], index, 0) for index, records in enumerate(by_partition.values())]
+    heap = [(lane[0][1][0][1], index, 0, 0) for index, lane in enumerate(lanes)]
     heapq.heapify(heap)
-    keys = list(by_partition)
-    lists = list(by_partition.values())
     while heap:
-        _ts, index, start = heapq.heappop(heap)
-        records = lists[index]
+        _ts, index, segment, start = heapq.heappop(heap)
+        lane = lanes[index]
+        tp, records = lane[segment]
         limit = (heap[0][0] if heap else float("inf")) + TOLERANCE_MS
         end, stop = start + 1, min(len(records), start + max_run)
         while end < stop and records[end][1] <= limit:
             end += 1
-        topic, partition = keys[index]
-        yield topic, partition, records[start:end]
+        yield tp, records[start:end]
         if end < len(records):
-            heapq.heappush(heap, (records[end][1], index, end))
+            heapq.heappush(heap, (records[end][1], index, segment, end))
+        elif segment + 1 < len(lane):
+            heapq.heappush(heap, (lane[segment + 1][1][0][1], index, segment + 1, 0))
 
 
 Output = Tuple[str, int, List[OutgoingRecord]]

@@ -29,10 +29,11 @@ from ..transport.factory import open_transport
 from .assembly import TaskSettings, create_task
 from .collector import RecordCollector
 from .global_tables import GlobalTables
-from .record_order import merge_by_timestamp, timestamp_ordered_runs
+from .record_order import interleave_lanes, merge_by_timestamp
 from .metrics import TaskMetrics
 from .standby import StandbyTasks
 from .task import Task, parse_task_id, task_id
+from .task_inputs import TaskInputs
 from .topics_setup import prepare_topics
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,9 @@ class Worker:
         self.topology = app.build()
         self.tasks: Dict[str, Task] = {}
         self._task_of_partition: Dict[TopicPartition, Task] = {}
+        self._inputs: Dict[str, TaskInputs] = {}
+        """Per task: fetched records not processed yet (a task with several inputs may wait for one)."""
+        self._max_task_idle = app.max_task_idle.total_seconds()
         self._stopping = False
         self._waiting_logged = False
         self._suspended = False
@@ -205,13 +209,19 @@ class Worker:
         # A group member keeps fetching even without tasks: that is how it stays in the group.
         batches = await self._consumer.fetch(FETCH_WAIT)
         lookup = self._task_of_partition
+        for batch in batches:
+            tp = TopicPartition(batch.topic, batch.partition)
+            task = lookup.get(tp)
+            if task is not None:
+                self._inputs[task.id].add(tp, batch.records)
+        now = time.monotonic()
+        has_unread = self._consumer.has_unread
+        lanes = [inputs.release(now, self._max_task_idle, has_unread) for inputs in self._inputs.values()]
         processed = False
         last_yield = time.monotonic()
-        for topic, partition, records in timestamp_ordered_runs(batches, SLICE):
-            task = lookup.get(TopicPartition(topic, partition))
-            if task is None:
-                continue
-            task.process(topic, records)
+        for tp, records in interleave_lanes(lanes, SLICE):
+            task = lookup[tp]
+            task.process(tp.topic, records)
             processed = True
             if time.monotonic() - last_yield > MAX_BLOCKING:
                 # Let the network clients run (group heartbeats, fetches): a slow
@@ -261,6 +271,7 @@ class Worker:
             if resolved:
                 log.info("settled %d transaction(s) left by a stopped worker", resolved)
         for tid, task in self.tasks.items():  # kept across a rebalance: continue where they were
+            self._inputs[tid].clear()  # re-read from the processed positions
             self._consumer.assign(task.input_partitions, task.positions)
         for tid in new:
             if self._membership is not None and self._membership.revocation_pending():
@@ -301,6 +312,7 @@ class Worker:
         task.positions.update(positions)  # where to resume if the group moves it before it reads
         for tp in inputs:
             self._task_of_partition[tp] = task
+        self._inputs[tid] = TaskInputs(inputs)
         log.info("task %s started at %s", tid,
                  ", ".join(f"{tp.topic}[{tp.partition}]@{positions.get(tp, 'earliest')}" for tp in inputs))
 
@@ -318,6 +330,7 @@ class Worker:
             self._consumer.unassign(task.input_partitions)
         for tp in task.input_partitions:
             self._task_of_partition.pop(tp, None)
+        self._inputs.pop(tid, None)
         task.store_set.close()
         producer = self._producers.pop(tid, None) if self._per_task_producers else None
         if producer is not None:

@@ -119,6 +119,11 @@ class Consumer(abc.ABC):
         """The group's committed offsets of ``partitions`` (absent where none)."""
 
     @abc.abstractmethod
+    def has_unread(self, partition: TopicPartition) -> Optional[bool]:
+        """Whether the broker holds records of ``partition`` past what was fetched (None:
+        unknown). A task with several inputs waits briefly for one that has them."""
+        return None
+
     def position(self, partition: TopicPartition) -> int:
         """The next offset a fetch of ``partition`` would return (past skipped markers)."""
 

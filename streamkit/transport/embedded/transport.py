@@ -37,6 +37,12 @@ class EmbeddedConsumer(Consumer):
     def position(self, partition: TopicPartition) -> int:
         return self._readers[partition].position
 
+    def has_unread(self, partition: TopicPartition) -> Optional[bool]:
+        reader = self._readers.get(partition)
+        if reader is None:
+            return None
+        return reader.position < self._broker.partition_offsets(*partition).end
+
     async def fetch(self, max_wait: float) -> List[FetchedBatch]:
         deadline = time.monotonic() + max_wait
         while True:
