@@ -5,14 +5,14 @@ of values per entry (duplicates kept). A record arriving on one side joins every
 buffered record of the other side within the join window, then is buffered itself.
 
 Left and outer joins must also say "no partner": a record that found none on arrival
-waits in the *unmatched* store (ordered by timestamp) until its window closes, that is
-until stream time passes its window's end plus grace; a partner arriving meanwhile
-takes it out. When stream time reaches the close, ``joiner(value, None)`` (or
+waits in the *unmatched* store (ordered by timestamp) until no partner can arrive any
+more (see :meth:`JoinWindows.left_close_time`: its latest possible partner is late);
+a partner arriving meanwhile takes it out. Then ``joiner(value, None)`` (or
 ``joiner(None, value)`` for the right side of an outer join) is emitted with the
 record's timestamp. So an unmatched result is never emitted early and then contradicted.
 
-A record whose own window has already closed when it arrives is late: dropped, counted
-and written to the late-records topic if one is set.
+A record whose own window (end plus grace) has already closed when it arrives is late:
+dropped, counted and written to the late-records topic if one is set.
 """
 from __future__ import annotations
 
@@ -41,8 +41,6 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
     late = LateRecords(task, name, node.late_records_topic)
     unmatched = task.stores[node.unmatched_store] if node.unmatched_store else None
     lists = {_LEFT: ValueListSerde(node.value_serde), _RIGHT: ValueListSerde(node.other_value_serde)}
-    # How long after its own timestamp a side's record can still meet a partner.
-    reach = {_LEFT: after, _RIGHT: before}
     deserialize_key = node.key_serde.deserialize
     serialize_key = buffers[_LEFT].serialize_key
     next_due = [-_NEVER]  # unknown after a restart: look once
@@ -53,8 +51,10 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         except Exception as exc:
             raise user_error(name, exc) from exc
 
+    close_after = windows.size_ms + grace + 1  # see JoinWindows.left_close_time
+
     def close_time(side: bytes, timestamp: int) -> int:
-        return timestamp + reach[side] + grace + 1
+        return timestamp + close_after
 
     def unmatched_key(side: bytes, timestamp: int, key_bytes: bytes) -> bytes:
         return _TIME.pack(timestamp + _TIME_BIAS) + side + key_bytes
@@ -79,19 +79,14 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
     def emit_closed(stream_time: int) -> None:
         """Emit (and drop) every unmatched record whose window has closed."""
         assert unmatched is not None
-        earliest_close = min(before, after) + grace + 1
         due: List[Tuple[bytes, bytes]] = []
         next_close = _NEVER
-        for ukey, raw in unmatched.range(None, None):
-            timestamp = _TIME.unpack_from(ukey)[0] - _TIME_BIAS
-            if timestamp + earliest_close > stream_time:
-                next_close = min(next_close, timestamp + earliest_close)
+        for ukey, raw in unmatched.range(None, None):  # by timestamp: stop at the first still open
+            close = close_time(ukey[8:9], _TIME.unpack_from(ukey)[0] - _TIME_BIAS)
+            if close > stream_time:
+                next_close = close
                 break
-            close = close_time(ukey[8:9], timestamp)
-            if close <= stream_time:
-                due.append((ukey, raw))
-            else:
-                next_close = min(next_close, close)
+            due.append((ukey, raw))
         next_due[0] = next_close
         for ukey, raw in due:
             side, timestamp = ukey[8:9], _TIME.unpack_from(ukey)[0] - _TIME_BIAS
@@ -111,17 +106,17 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         is_left = side == _LEFT
 
         def stream_stream_join(key: Any, value: Any, timestamp: int) -> None:
+            stream_time = task.stream_time
+            if unmatched is not None and stream_time >= next_due[0]:
+                emit_closed(stream_time)
             if key is None:
                 metrics.null_key_records_dropped += 1
                 return
             if value is None:
                 return  # as in Kafka Streams: a null value joins nothing
-            stream_time = task.stream_time
             if timestamp + high + grace < stream_time:
                 late.drop(key, timestamp, f"[{timestamp - low},{timestamp + high}] (grace {grace} ms)")
                 return
-            if unmatched is not None and stream_time >= next_due[0]:
-                emit_closed(stream_time)
             try:
                 key_bytes = serialize_key(key)
             except Exception as exc:

@@ -3,9 +3,11 @@ unmatched record's left/outer result is final. Pure arithmetic, no state.
 
 A left record at ``t`` joins right records with timestamps in ``[t - before, t + after]``;
 a right record at ``t`` joins left records in ``[t - after, t + before]`` (the same
-pairs, seen from the other side). A record can still find a partner until stream time
-passes its window's end plus grace; only then is "no partner" final, and a left or
-outer join emits the record unmatched.
+pairs, seen from the other side). A record is late (dropped) once stream time has
+passed its own window's end plus grace. "No partner" is final only when every
+possible partner would be late: the latest one, at ``t + after``, is accepted until
+``t + after + before + grace``; after that a left or outer join emits the record
+unmatched, and no partner can contradict it.
 
 >>> from datetime import timedelta
 >>> w = JoinWindows.of(timedelta(minutes=5), grace=timedelta(seconds=30))
@@ -13,6 +15,8 @@ outer join emits the record unmatched.
 ((300000, 900000), (300000, 900000))
 >>> w.after(timedelta(0)).left_window(600_000)
 (300000, 600000)
+>>> w.left_close_time(600_000) - 600_000   # 2 x 5 minutes + 30 s grace + 1 ms
+630001
 """
 from __future__ import annotations
 
@@ -87,14 +91,25 @@ class JoinWindows:
         ``timestamp_ms`` joins."""
         return timestamp_ms - self.after_ms, timestamp_ms + self.before_ms
 
+    def left_is_late(self, timestamp_ms: int, stream_time: int) -> bool:
+        """Whether a left record arriving at ``stream_time`` is late: its window's end plus
+        grace has passed."""
+        return timestamp_ms + self.after_ms + self.grace_ms < stream_time
+
+    def right_is_late(self, timestamp_ms: int, stream_time: int) -> bool:
+        """Whether a right record arriving at ``stream_time`` is late."""
+        return timestamp_ms + self.before_ms + self.grace_ms < stream_time
+
     def left_close_time(self, timestamp_ms: int) -> int:
-        """Stream time at which a left record at ``timestamp_ms`` can no longer be joined:
-        its unmatched (left/outer) result is final then."""
-        return timestamp_ms + self.after_ms + self.grace_ms + 1
+        """Stream time from which a left record at ``timestamp_ms`` can no longer be joined,
+        so its unmatched (left/outer) result is final: its latest partner (a right record
+        at ``t + after``) is accepted until that record's own window closes, ``before``
+        plus grace later."""
+        return timestamp_ms + self.size_ms + self.grace_ms + 1
 
     def right_close_time(self, timestamp_ms: int) -> int:
-        """The same for a right record (outer joins)."""
-        return timestamp_ms + self.before_ms + self.grace_ms + 1
+        """The same for a right record (outer joins); by symmetry it is the same time."""
+        return timestamp_ms + self.size_ms + self.grace_ms + 1
 
     @property
     def size_ms(self) -> int:
