@@ -51,10 +51,7 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         except Exception as exc:
             raise user_error(name, exc) from exc
 
-    close_after = windows.size_ms + grace + 1  # see JoinWindows.left_close_time
-
-    def close_time(side: bytes, timestamp: int) -> int:
-        return timestamp + close_after
+    close_after = windows.size_ms + grace + 1  # the same for both sides: see JoinWindows.left_close_time
 
     def unmatched_key(side: bytes, timestamp: int, key_bytes: bytes) -> bytes:
         return _TIME.pack(timestamp + _TIME_BIAS) + side + key_bytes
@@ -66,7 +63,7 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         prior = unmatched.get(ukey)
         values = [value] if prior is None else serde.deserialize(prior) + [value]
         unmatched.put(ukey, serde.serialize(values))
-        due = close_time(side, timestamp)
+        due = timestamp + close_after
         if due < next_due[0]:
             next_due[0] = due
 
@@ -82,7 +79,7 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         due: List[Tuple[bytes, bytes]] = []
         next_close = _NEVER
         for ukey, raw in unmatched.range(None, None):  # by timestamp: stop at the first still open
-            close = close_time(ukey[8:9], _TIME.unpack_from(ukey)[0] - _TIME_BIAS)
+            close = _TIME.unpack_from(ukey)[0] - _TIME_BIAS + close_after
             if close > stream_time:
                 next_close = close
                 break
