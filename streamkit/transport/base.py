@@ -118,12 +118,12 @@ class Consumer(abc.ABC):
     async def committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offsets of ``partitions`` (absent where none)."""
 
-    @abc.abstractmethod
     def has_unread(self, partition: TopicPartition) -> Optional[bool]:
         """Whether the broker holds records of ``partition`` past what was fetched (None:
         unknown). A task with several inputs waits briefly for one that has them."""
         return None
 
+    @abc.abstractmethod
     def position(self, partition: TopicPartition) -> int:
         """The next offset a fetch of ``partition`` would return (past skipped markers)."""
 
