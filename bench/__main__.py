@@ -1,5 +1,6 @@
 """``python -m bench``: the embedded-broker throughput benchmark;
-``python -m bench kafka``: the same workloads on a Kafka-protocol broker."""
+``python -m bench kafka``: the same workloads on a Kafka-protocol broker;
+``python -m bench joins``: stream-table and stream-stream joins on the embedded broker."""
 import sys
 
 from .embedded_throughput import main
@@ -9,5 +10,9 @@ if __name__ == "__main__":
         from .kafka_throughput import main as kafka_main
 
         kafka_main(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "joins":
+        from .join_throughput import main as joins_main
+
+        joins_main(sys.argv[2:])
     else:
         main()

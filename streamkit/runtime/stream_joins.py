@@ -73,18 +73,25 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         if unmatched.get(ukey) is not None:
             unmatched.delete(ukey)
 
+    # Every unmatched entry is younger than this much behind the stream time of the last scan:
+    # older ones were emitted then, and later ones were not late when they came.
+    look_back = max(close_after, max(before, after) + grace + 1)
+    last_scan = [-_NEVER]
+
     def emit_closed(stream_time: int) -> None:
         """Emit (and drop) every unmatched record whose window has closed."""
         assert unmatched is not None
-        due: List[Tuple[bytes, bytes]] = []
-        next_close = _NEVER
-        for ukey, raw in unmatched.range(None, None):  # by timestamp: stop at the first still open
-            close = _TIME.unpack_from(ukey)[0] - _TIME_BIAS + close_after
-            if close > stream_time:
-                next_close = close
-                break
-            due.append((ukey, raw))
-        next_due[0] = next_close
+        lowest = max(last_scan[0] - look_back, -_TIME_BIAS)
+        start = None if lowest == -_TIME_BIAS else _TIME.pack(lowest + _TIME_BIAS)
+        last_scan[0] = stream_time
+        # Scan only the closed range (the store's pending writes get sorted for it), then
+        # peek at the next entry for the next close.
+        closed_to = _TIME.pack(min(stream_time - close_after, _TIME_BIAS - 1) + _TIME_BIAS) + b"\xff"
+        due: List[Tuple[bytes, bytes]] = list(unmatched.range(start, closed_to))
+        next_due[0] = _NEVER
+        for ukey, _raw in unmatched.range(closed_to, None):
+            next_due[0] = _TIME.unpack_from(ukey)[0] - _TIME_BIAS + close_after
+            break
         for ukey, raw in due:
             side, timestamp = ukey[8:9], _TIME.unpack_from(ukey)[0] - _TIME_BIAS
             key = deserialize_key(ukey[9:])
