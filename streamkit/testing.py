@@ -76,7 +76,6 @@ class TopologyTestDriver:
         self._tasks: Dict[str, Task] = {}
         self._task_of_topic: Dict[str, Task] = {}
         self._globals = GlobalTables(self.topology, backend="memory", state_dir=None)
-        self._global_of_topic = {store.topic: store for store in self._globals.stores.values()}
         for sub in self.topology.sub_topologies:
             task = create_task(self.topology, sub, 0, partitions=partitions, collector=self._collector,
                                wall_clock=lambda: self._wall_clock, settings=settings,
@@ -90,7 +89,7 @@ class TopologyTestDriver:
     def input_topic(self, name: str, *, key_serde: Optional[Serde] = None,
                     value_serde: Optional[Serde] = None) -> "TestInputTopic":
         """A handle to pipe records into ``name``, which the topology must read."""
-        if name not in self._task_of_topic and name not in self._global_of_topic:
+        if name not in self._task_of_topic and name not in self._globals.by_topic:
             reads = ", ".join(sorted(t for t in self._task_of_topic if t in self.topology.topics
                                      and not self.topology.topics[t].internal))
             raise StreamkitError(f"topic '{name}' is not read by app '{self.app.id}' (it reads: {reads})")
@@ -126,7 +125,7 @@ class TopologyTestDriver:
         raw = [(base + i, ts, k, v, h) for i, (k, v, ts, h) in enumerate(records)]
         self._offsets[topic] = base + len(raw)
         self._outputs.setdefault(topic, []).extend(raw)
-        global_store = self._global_of_topic.get(topic)
+        global_store = self._globals.by_topic.get(topic)
         if global_store is not None and raw:
             global_store.apply(0, raw, base + len(raw))
         task = self._task_of_topic.get(topic)

@@ -31,14 +31,15 @@ class GlobalTables:
                  consumer: Optional[Consumer] = None) -> None:
         self.consumer = consumer
         self.stores: Dict[str, GlobalStore] = {}
-        self._store_of_topic: Dict[str, GlobalStore] = {}
+        self.by_topic: Dict[str, GlobalStore] = {}
+        """The same stores by the topic each replicates."""
         for name, topic in topology.global_tables.items():
             spec = topology.topics[topic]
             path = os.path.join(state_dir, "global", name) if state_dir and backend != "memory" else None
             inner, _rebuilt = open_bytes_store(backend, path)
             store = GlobalStore(name, topic, spec.key_serde, spec.value_serde, inner)
             self.stores[name] = store
-            self._store_of_topic[topic] = store
+            self.by_topic[topic] = store
 
     def __bool__(self) -> bool:
         return bool(self.stores)
@@ -51,7 +52,7 @@ class GlobalTables:
         started = time.monotonic()
         ends: Dict[TopicPartition, int] = {}
         positions: Dict[TopicPartition, int] = {}
-        for topic, store in self._store_of_topic.items():
+        for topic, store in self.by_topic.items():
             for partition in range(partitions[topic]):
                 tp = TopicPartition(topic, partition)
                 offsets = admin.partition_offsets(topic, partition)
@@ -83,7 +84,7 @@ class GlobalTables:
         applied = 0
         for batch in await self.consumer.fetch(max_wait):
             if batch.records:
-                store = self._store_of_topic[batch.topic]
+                store = self.by_topic[batch.topic]
                 store.apply(batch.partition, batch.records, batch.records[-1][0] + 1)
                 applied += len(batch.records)
         return applied

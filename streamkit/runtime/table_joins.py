@@ -40,15 +40,21 @@ def _result_rule(how: str, join: Callable[[Any, Any], Any]) -> Callable[[Any, An
     return lambda left, right: None if left is None and right is None else join(left, right)
 
 
-def _timestamp_reader(store: Any) -> Callable[[Any], int]:
+def _row_reader(name: str, store: Any, steps: Tuple[Tuple[str, Callable[..., Any], bool], ...]
+                ) -> Callable[[Any], Tuple[Any, int]]:
+    """``read(key) -> (value through the table's steps or None, its timestamp or -1)``,
+    with one store read."""
     get = getattr(store, "get_with_timestamp", None)
     if get is None:
-        return lambda key: -1
+        plain = store.get
+        return lambda key: (apply_view(name, steps, key, plain(key)), -1)
 
-    def timestamp_of(key: Any) -> int:
+    def read(key: Any) -> Tuple[Any, int]:
         found = get(key)
-        return -1 if found is None else found[1]
-    return timestamp_of
+        if found is None:
+            return None, -1
+        return apply_view(name, steps, key, found[0]), found[1]
+    return read
 
 
 def compile_table_table_join(node: ir.TableTableJoinNode, downstream: Downstream,
@@ -64,27 +70,25 @@ def compile_table_table_join(node: ir.TableTableJoinNode, downstream: Downstream
 
     result = _result_rule(node.how, join)
     stores = task.stores
-    read = (table_reader(name, stores[node.left_store], node.left_view),
-            table_reader(name, stores[node.right_store], node.right_view))
-    timestamp_of = (_timestamp_reader(stores[node.left_store]), _timestamp_reader(stores[node.right_store]))
+    read = (_row_reader(name, stores[node.left_store], node.left_view),
+            _row_reader(name, stores[node.right_store], node.right_view))
     Change = ir.Change
 
     def side(is_left: bool) -> Downstream:
         read_other = read[1] if is_left else read[0]
-        other_time = timestamp_of[1] if is_left else timestamp_of[0]
 
         def table_table_join(key: Any, change: ir.Change, timestamp: int) -> None:
             if key is None:
                 return
-            other = read_other(key)
+            other, other_time = read_other(key)
             if is_left:
                 new, old = result(change.new, other), result(change.old, other)
             else:
                 new, old = result(other, change.new), result(other, change.old)
             if new is None and old is None:
                 return
-            if other is not None:
-                timestamp = max(timestamp, other_time(key))
+            if other is not None and other_time > timestamp:
+                timestamp = other_time
             downstream(key, Change(new, old), timestamp)
         return table_table_join
 
@@ -180,9 +184,7 @@ def compile_fk_join(node: ir.ForeignKeyJoinNode, downstream: Downstream, env: Co
     task = env.task
     name, joiner, left_join = node.name, node.joiner, node.left
     results = task.stores[node.store]
-    left_store = task.stores[node.left_store]
-    get_left = left_store.get
-    steps = node.left_view
+    read_left = table_reader(name, task.stores[node.left_store], node.left_view)
     deserialize_key = node.left_key_serde.deserialize
     serialize_left = node.left_value_serde.serialize
     deserialize_right = node.right_value_serde.deserialize
@@ -190,7 +192,7 @@ def compile_fk_join(node: ir.ForeignKeyJoinNode, downstream: Downstream, env: Co
 
     def fk_join(key_bytes: bytes, response: Response, timestamp: int) -> None:
         key = deserialize_key(key_bytes)
-        left = apply_view(name, steps, key, get_left(key))
+        left = read_left(key)
         if left is not None and value_hash(serialize_left(left)) != response.hash:
             return  # answers an older left value; the answer to the current one follows
         if left is None:
