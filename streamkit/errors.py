@@ -66,3 +66,13 @@ class TaskMigratedError(StreamkitError):
 class SuppressionBufferFullError(StreamkitError):
     """A strict suppression buffer (``until_window_closes``) reached its bound: emitting
     early would break its promise of final results, so the task stops."""
+
+
+class SinkError(StreamkitError):
+    """A sink could not deliver records (a permanent error, or a transient one that
+    outlasted its retries). The worker stops; no offset is committed past those records."""
+
+
+class TransientSinkError(StreamkitError):
+    """Raised by a sink (or a ``Callback`` function) for an error worth retrying: the
+    delivery is retried with backoff, up to the sink's bound."""

@@ -119,6 +119,7 @@ class TopologyTestDriver:
             for task in self._tasks.values():  # a commit after every record
                 task.prepare_commit()
                 task.store_set.persist({})
+                task.commit_sinks()
 
     def _deliver(self, topic: str, records: Sequence[Tuple[Optional[bytes], Optional[bytes], int, Headers]]) -> None:
         base = self._offsets.get(topic, 0)
@@ -186,6 +187,8 @@ class TopologyTestDriver:
         return total
 
     def close(self) -> None:
+        for task in self._tasks.values():
+            task.close_sinks(dirty=False)
         self._tasks.clear()
 
     def __enter__(self) -> "TopologyTestDriver":

@@ -6,6 +6,7 @@ from typing import Any, Callable, Optional, Union
 
 from ..errors import TopologyError
 from ..serdes import Json, Void
+from ..sources.base import Source
 from ..stores import StoreSpec
 from ..topics import TopicSpec
 from ..topology import nodes as ir
@@ -23,16 +24,27 @@ class StreamsBuilder:
     def __init__(self, draft: TopologyDraft) -> None:
         self._draft = draft
 
-    def stream(self, topic: Union[str, TopicSpec], *, timestamp: Optional[TimestampExtractor] = None,
+    def stream(self, topic: Union[str, TopicSpec, Source], *, timestamp: Optional[TimestampExtractor] = None,
                name: Optional[str] = None) -> Stream:
         """Records of ``topic`` as a stream. ``timestamp(key, value)`` gives each record's
-        event time (epoch ms int, float or datetime); default: the record's own timestamp."""
+        event time (epoch ms int, float or datetime); default: the record's own timestamp.
+
+        ``topic`` may also be a source such as ``sk.sources.Files(...)`` or
+        ``sk.sources.ParquetArchive(path)``: its records, with JSON keys and values, are
+        read as if from a topic ``<app-id>-source-<name>`` (``name`` defaults to the
+        source's own), whose offsets the app commits and resumes at."""
+        external = None
+        if isinstance(topic, Source):
+            external = topic
+            topic = TopicSpec(f"{self._draft.app_id}-source-{name or external.default_name()}", Json(), Json(),
+                              partitions=external.partitions())
         spec = self._draft.resolve_topic(topic)
         node = name or spec.name
         if timestamp is not None:
             check_callable(timestamp, "timestamp extractor", ("key", "value"), node)
         self._draft.add_source(ir.SourceNode(node, (), topic=spec.name, key_serde=spec.key_serde,
-                                             value_serde=spec.value_serde, timestamp_extractor=timestamp))
+                                             value_serde=spec.value_serde, timestamp_extractor=timestamp,
+                                             external=external))
         return Stream(self._draft, node, keyless=isinstance(spec.key_serde, Void))
 
     def table(self, topic: Union[str, TopicSpec], name: Optional[str] = None, *,

@@ -12,11 +12,13 @@ from ..windowing.join_windows import JoinWindows
 from .draft import TopologyDraft, check_callable, check_serde
 
 if TYPE_CHECKING:
+    from ..sinks.base import Sink
     from .global_table import GlobalTable
     from .grouped import GroupedStream
     from .table import Table
 
 KV = Tuple[Any, Any]
+
 
 
 class Stream:
@@ -164,6 +166,17 @@ class Stream:
         node = self._draft.name_for(name, self._node, f"to-{spec.name}")
         self._draft.append(ir.SinkNode(node, (self._node,), topic=spec.name, key_serde=spec.key_serde,
                                        value_serde=spec.value_serde))
+
+    def sink(self, sink: "Sink", *, name: Optional[str] = None) -> None:
+        """Deliver every record to ``sink`` (``sk.sinks.ParquetArchive``, ``JsonLines``,
+        ``Database``, ``Callback`` …); terminal. Delivery happens at each commit, before
+        the input offsets are committed."""
+        from ..sinks.base import Sink
+
+        if not isinstance(sink, Sink):
+            raise TopologyError(f"sink() takes a sink such as sk.sinks.ParquetArchive(path), got {sink!r}")
+        node = self._draft.name_for(name, self._node, f"sink-{type(sink).__name__.lower()}")
+        self._draft.append(ir.ExternalSinkNode(node, (self._node,), sink=sink))
 
     def group_by_key(self, *, key_serde: Optional[Serde] = None,
                      value_serde: Optional[Serde] = None) -> "GroupedStream":

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 from ..errors import SerializationError, StreamkitError, TopologyError, UserFunctionError
+from ..sinks.base import SinkRecord
 from ..topology import Topology
 from ..topology import nodes as ir
 from ..topology.model import SubTopology
@@ -229,6 +230,29 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
         partition = own_partition if key_bytes is None else partition_for_key(key_bytes, partitions)
         record = task.record
         buffers[partition].append((key_bytes, value_bytes, timestamp, None if record is None else record[4]))
+    return sink
+
+
+def compile_external_sink(node: ir.ExternalSinkNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    task = env.task
+    write = task.sink_writers[node.name].write
+    partition = task.partition
+    name = node.name
+
+    def sink(key: Any, value: Any, timestamp: int) -> None:
+        if task.muted:
+            return
+        record = task.record
+        if record is not None:
+            origin = SinkRecord(key, value, timestamp, task.topic, partition, record[0], record[4])
+        elif task.last_origin is not None:  # a cache flush or punctuation: after the last input record
+            origin = SinkRecord(key, value, timestamp, task.last_origin[0], partition, task.last_origin[1])
+        else:
+            origin = SinkRecord(key, value, timestamp, None, partition, None)
+        try:
+            write(origin)
+        except StreamkitError as exc:
+            raise _user_error(name, exc) from exc
     return sink
 
 
@@ -453,6 +477,7 @@ def compile_table_aggregate(node: ir.TableAggregateNode, downstream: Downstream,
 COMPILERS: Dict[type, Compiler] = {
     ir.SourceNode: compile_source,
     ir.SinkNode: compile_sink,
+    ir.ExternalSinkNode: compile_external_sink,
     ir.FilterNode: compile_filter,
     ir.MapNode: compile_map,
     ir.MapValuesNode: compile_map_values,

@@ -43,6 +43,10 @@ class TaskContext:
         """Sinks drop records: the task is re-reading input it already processed, to rebuild state."""
         self.topic: Optional[str] = None
         self.record: Optional[RawRecord] = None
+        self.last_origin: Optional[Tuple[str, int]] = None
+        """Topic and offset of the last input record processed (origin of records sent between records)."""
+        self.sink_writers: Dict[str, Any] = {}
+        """The task's external sink writers by node name."""
         self.stream_time: int = -1
         self.punctuations = PunctuationQueue()
 

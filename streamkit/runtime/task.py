@@ -11,7 +11,8 @@ from ..state.task_stores import TaskStores
 from ..stores import KeyValueStore
 from ..topology import Topology
 from ..topology.model import SubTopology
-from ..topology.nodes import SourceNode, SuppressNode, WindowAggregationNode
+from ..sinks.base import SinkTask
+from ..topology.nodes import ExternalSinkNode, SourceNode, SuppressNode, WindowAggregationNode
 from ..transport.base import RawRecord, TopicPartition
 from .collector import RecordCollector
 from .compiler import compile_sub_topology
@@ -76,11 +77,47 @@ class Task:
         """Advance stream time by the wall clock after this long without input (None: never)."""
         self._last_input = self._idle_mark = wall_clock()
         self._stream_time_recovered = False
+        self.sinks = self._open_sinks(topology, sub, partitions)
+        """External sink writers by node name; they deliver at :meth:`commit_sinks`."""
+        self.context.sink_writers = self.sinks
         entries = compile_sub_topology(topology, sub, self.context)
         self._loops: Dict[str, SourceLoop] = {}
         for topic, node in topology.source_nodes(sub).items():
             if partition < partitions[topic]:
                 self._loops[topic] = self._source_loop(node, entries[node.name])
+
+    def _open_sinks(self, topology: Topology, sub: SubTopology, partitions: Mapping[str, int]) -> Dict[str, Any]:
+        inputs = tuple(TopicPartition(topic, self.partition) for topic in sorted(topology.source_nodes(sub))
+                       if self.partition < partitions[topic])
+        writers: Dict[str, Any] = {}
+        try:
+            for name in sub.node_names:
+                node = topology.nodes[name]
+                if isinstance(node, ExternalSinkNode):
+                    writer = writers[name] = node.sink.open(SinkTask(topology.app_id, self.id, name, inputs))
+                    writer.start()
+        except BaseException:
+            for writer in writers.values():
+                writer.close()
+            self.store_set.close()
+            raise
+        return writers
+
+    def commit_sinks(self) -> None:
+        """Deliver what the task wrote to external sinks (blocking I/O: the worker runs it
+        in a thread), before the task's offsets are committed."""
+        for writer in self.sinks.values():
+            writer.commit(self.positions)
+
+    def close_sinks(self, *, dirty: bool) -> None:
+        """Close the sink writers; dirty: drop what they hold undelivered."""
+        for name, writer in self.sinks.items():
+            if dirty:
+                writer.discard()
+            try:
+                writer.close()
+            except Exception as exc:  # noqa: BLE001 - closing must not stop the other writers
+                log.warning("task %s: closing sink '%s' failed: %s", self.id, name, exc)
 
     @property
     def input_partitions(self) -> list:
@@ -216,6 +253,7 @@ class Task:
                     fire(STREAM_TIME, stream_time)
             metrics.records_processed += len(records)
             ctx.record = None
+            ctx.last_origin = (topic, records[-1][0])
         return run
 
 

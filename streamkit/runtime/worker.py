@@ -28,6 +28,7 @@ from ..transport.base import (Consumer, GroupPlan, Membership, Producer, TaskAss
 from ..transport.factory import open_transport
 from .assembly import TaskSettings, create_task
 from .collector import RecordCollector
+from .external_sources import with_external_sources
 from .global_tables import GlobalTables
 from .record_order import interleave_lanes, merge_by_timestamp
 from .metrics import TaskMetrics
@@ -119,7 +120,8 @@ class Worker:
                 processing_error_handler=app.processing_error_handler,
                 store_backend=app.store_backend, state_dir=self._state.path, caching=app.caching,
                 close_idle_windows_after_ms=app.close_idle_windows_after_ms)
-            self._consumer = self._membership.consumer() or transport.consumer(app.id, read_committed=True)
+            self._consumer = with_external_sources(
+                self._membership.consumer() or transport.consumer(app.id, read_committed=True), topology)
             self._restore_consumer = _reader(transport, app.id)
             self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app.id))
             self._globals = GlobalTables(topology, backend=app.store_backend, state_dir=self._state.path,
@@ -331,6 +333,7 @@ class Worker:
         for tp in task.input_partitions:
             self._task_of_partition.pop(tp, None)
         self._inputs.pop(tid, None)
+        task.close_sinks(dirty=dirty)
         task.store_set.close()
         producer = self._producers.pop(tid, None) if self._per_task_producers else None
         if producer is not None:
@@ -383,7 +386,9 @@ class Worker:
         1. Record each task's stream time in its windowed stores; flush the record caches:
            forward each key's latest value downstream.
         2. Write one changelog record per key each store changed since the last commit.
-        3. Send all buffered output and changelog records (inside the transaction).
+        3. Send all buffered output and changelog records (inside the transaction), and
+           deliver what tasks wrote to external sinks (each sink makes it durable with
+           its own record of the input offsets, see ``streamkit.sinks``).
         4. exactly_once: commit the transaction with the tasks' input offsets: outputs,
            changelogs and offsets become visible together (one transaction per worker
            on the embedded log, one per task on Kafka). A crash before this point
@@ -411,6 +416,7 @@ class Worker:
         crash_point("commit.before_send")
         await self._send_outputs()
         crash_point("commit.after_send")
+        await self._commit_sinks()
         # Step 4.
         if self._per_task_producers:
             for tid, task in list(self.tasks.items()):
@@ -453,6 +459,20 @@ class Worker:
             for producer in self._producers.values():
                 await producer.begin_transaction()
 
+    async def _commit_sinks(self) -> None:
+        """Deliver each task's external-sink records (blocking I/O, run in a thread). A sink
+        that finds its task moved to another worker closes the task dirty; any other
+        failure stops the worker before offsets are committed past undelivered records."""
+        for tid, task in list(self.tasks.items()):
+            if not task.sinks:
+                continue
+            try:
+                await asyncio.to_thread(task.commit_sinks)
+            except TaskMigratedError as exc:
+                log.warning("task %s: %s", tid, exc)
+                self._close_task(tid, dirty=True)
+        crash_point("commit.after_sinks")
+
     async def _final_commit(self) -> None:
         """Commit before stopping. If the group is rebalancing and refuses the offsets,
         wait (bounded) for the rebalance to ask for them, so a clean stop redoes nothing."""
@@ -477,6 +497,7 @@ class Worker:
         dropped = 0
         for task in self.tasks.values():
             dropped += task.collector.discard()
+            dropped += sum(writer.discard() for writer in task.sinks.values())
             task.store_set.discard()
         if dropped:
             log.info("dropped %d uncommitted output record(s); they will be produced again on restart", dropped)

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import List
 
 from .model import Topology
-from .nodes import (AggregateNode, ForeignKeySubscribeNode, GlobalTableJoinNode, Node, ProcessNode, SinkNode,
+from .nodes import (AggregateNode, ExternalSinkNode, ForeignKeySubscribeNode, GlobalTableJoinNode, Node, ProcessNode, SinkNode,
                     SourceNode, StreamStreamJoinNode, StreamTableJoinNode, SuppressNode, TableAggregateNode,
                     TableTableJoinNode, WindowAggregationNode)
 
@@ -42,6 +42,8 @@ def _detail(node: Node) -> str:
         return "foreign-key join: subscribe"
     if isinstance(node, ProcessNode):
         return f"process: {node.processor.display_name}"
+    if isinstance(node, ExternalSinkNode):
+        return f"sink: {node.sink.describe()}"
     return node.kind
 
 
@@ -56,6 +58,8 @@ def describe_text(topology: Topology) -> str:
                 lines.append(f"    Source: {name} (topic: {node.topic})")
             elif isinstance(node, SinkNode):
                 lines.append(f"    Sink: {name} (topic: {node.topic})")
+            elif isinstance(node, ExternalSinkNode):
+                lines.append(f"    Sink: {name} ({node.sink.describe()})")
             else:
                 stores = f", stores: [{', '.join(node.stores)}]" if node.stores else ""
                 lines.append(f"    Processor: {name} ({_detail(node)}{stores})")

@@ -42,6 +42,8 @@ class SourceNode(Node):
     timestamp_extractor: Optional[Callable[[Any, Any], Any]] = None
     internal: bool = False
     carries_changes: bool = False
+    external: Any = None
+    """A :class:`streamkit.sources.Source` read instead of the (empty anchor) topic."""
     kind: ClassVar[str] = "source"
 
 
@@ -53,6 +55,15 @@ class SinkNode(Node):
     key_serde: Serde = field(default=None)  # type: ignore[assignment]
     value_serde: Serde = field(default=None)  # type: ignore[assignment]
     kind: ClassVar[str] = "sink"
+
+
+@dataclass(frozen=True)
+class ExternalSinkNode(Node):
+    """Delivers to a sink outside the broker (files, a database, a function); terminal.
+    ``sink`` is a :class:`streamkit.sinks.Sink`; each task opens its own writer."""
+
+    sink: Any = None
+    kind: ClassVar[str] = "external-sink"
 
 
 @dataclass(frozen=True)

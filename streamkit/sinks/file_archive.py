@@ -1,0 +1,307 @@
+"""Files named by input partition and offset range, written exactly once without transactions.
+
+Layout of an archive directory::
+
+    <topic>+<partition>+<first-offset>-<last-offset>.<ext>   complete files (rolled)
+    _staging/<topic>+<partition>.jsonl                        committed, not rolled yet
+
+At each commit a writer appends its new records to the partition's staging file,
+ending the block with a marker line holding the task's next input offset, and
+fsyncs it before the task commits its offsets. A roll writes the staged records to
+a temporary file, fsyncs it, renames it to its final name and starts a new staging
+file. On start the writer truncates a torn staging block, drops staged records
+that a rolled file already holds (a crash between the rename and the reset), and
+resumes after the larger of the last archived offset and the last marker: records
+from earlier offsets, produced again by reprocessing, are skipped. So a record is
+in exactly one complete file, or staged, whatever moment the process dies at.
+Files whose names start with ``_`` or ``.`` are hidden from Spark and pyarrow readers.
+"""
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import re
+import time
+from datetime import timedelta
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import orjson
+
+from ..errors import ConfigError, SerializationError
+from ..transport.base import TopicPartition
+from .base import Positions, Sink, SinkRecord, SinkTask, SinkWriter
+
+log = logging.getLogger(__name__)
+
+STAGING_DIR = "_staging"
+ArchivedRow = Tuple[int, int, Optional[bytes], Optional[bytes]]
+"""(origin offset, timestamp ms, key as JSON or None, value as JSON or None)."""
+
+_FILE_NAME = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)\+(?P<partition>\d+)\+(?P<first>\d+)-(?P<last>\d+)\.(?P<ext>\w+)$")
+
+
+class ArchiveFile:
+    """A complete archive file, as its name describes it."""
+
+    __slots__ = ("path", "topic", "partition", "first", "last")
+
+    def __init__(self, path: str, topic: str, partition: int, first: int, last: int) -> None:
+        self.path, self.topic, self.partition, self.first, self.last = path, topic, partition, first, last
+
+    def __repr__(self) -> str:
+        return f"ArchiveFile({self.path!r})"
+
+
+def archive_file_name(topic: str, partition: int, first: int, last: int, extension: str) -> str:
+    return f"{topic}+{partition}+{first}-{last}.{extension}"
+
+
+def list_archive(path: str, extension: str) -> List[ArchiveFile]:
+    """The complete files of an archive directory, ordered by topic, partition, first offset."""
+    found = []
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        match = _FILE_NAME.match(name)
+        if match and match["ext"] == extension:
+            found.append(ArchiveFile(os.path.join(path, name), match["topic"], int(match["partition"]),
+                                     int(match["first"]), int(match["last"])))
+    found.sort(key=lambda f: (f.topic, f.partition, f.first))
+    return found
+
+
+def fsync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ArchiveFormat(abc.ABC):
+    """How rolled files are encoded."""
+
+    extension: str = ""
+
+    def check_value(self, value: object, record: SinkRecord) -> None:
+        """Raise if ``value`` cannot be archived in this format (before it is buffered)."""
+
+    @abc.abstractmethod
+    def write(self, path: str, rows: Sequence[ArchivedRow], partition: int) -> None:
+        """Write ``rows`` to ``path`` (a temporary name) and fsync it."""
+
+
+def _to_seconds(value: Union[timedelta, float, int, None], what: str) -> Optional[float]:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds <= 0:
+        raise ConfigError(f"{what} must be positive, got {value!r}")
+    return seconds
+
+
+class FileArchiveSink(Sink):
+    """Base of the file sinks: one directory, files rolled by record count or age."""
+
+    def __init__(self, path: str, fmt: ArchiveFormat, *, roll_records: int = 100_000,
+                 roll_interval: Union[timedelta, float, None] = timedelta(minutes=10),
+                 roll_on_close: bool = True) -> None:
+        if not isinstance(path, (str, os.PathLike)) or not str(path):
+            raise ConfigError(f"{type(self).__name__}: path must be a directory path, got {path!r}")
+        if not isinstance(roll_records, int) or roll_records < 1:
+            raise ConfigError(f"{type(self).__name__}: roll_records must be a positive int, got {roll_records!r}")
+        self.path = os.path.abspath(os.fspath(path))
+        self.format = fmt
+        self.roll_records = roll_records
+        self.roll_interval_s = _to_seconds(roll_interval, f"{type(self).__name__}: roll_interval")
+        self.roll_on_close = roll_on_close
+
+    def open(self, task: SinkTask) -> SinkWriter:
+        return FileArchiveWriter(self, task)
+
+    def describe(self) -> str:
+        return f"{type(self).__name__}({self.path})"
+
+
+class _Staging:
+    """The staging file of one input partition and the rows it holds."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.rows: List[ArchivedRow] = []
+        self.size = 0
+        """Bytes up to the last complete block (a failed append is cut back to this)."""
+        self.since = time.monotonic()
+        self.next_offset = 0
+
+
+class FileArchiveWriter(SinkWriter):
+    """One task's writer: a staging file per input partition, rolled into archive files."""
+
+    sink: FileArchiveSink
+
+    def __init__(self, sink: FileArchiveSink, task: SinkTask) -> None:
+        super().__init__(sink, task)
+        self._encoded: Dict[TopicPartition, List[ArchivedRow]] = {}
+        self._staging: Dict[TopicPartition, _Staging] = {}
+        self._discarded = False
+
+    # -- start -----------------------------------------------------------------------
+    def resume(self) -> Dict[TopicPartition, int]:
+        root = self.sink.path
+        os.makedirs(os.path.join(root, STAGING_DIR), exist_ok=True)
+        if not os.access(root, os.W_OK):
+            raise PermissionError(f"directory {root} is not writable")
+        archived: Dict[TopicPartition, int] = {}
+        for file in list_archive(root, self.sink.format.extension):
+            tp = TopicPartition(file.topic, file.partition)
+            archived[tp] = max(archived.get(tp, -1), file.last)
+        resumed = {}
+        for tp in self.task.inputs:
+            staging = self._recover(tp, archived.get(tp, -1))
+            self._staging[tp] = staging
+            if staging.next_offset > 0:
+                resumed[tp] = staging.next_offset
+        return resumed
+
+    def _recover(self, tp: TopicPartition, archived_last: int) -> _Staging:
+        staging = _Staging(os.path.join(self.sink.path, STAGING_DIR, f"{tp.topic}+{tp.partition}.jsonl"))
+        staging.next_offset = archived_last + 1
+        try:
+            with open(staging.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return staging
+        block: List[ArchivedRow] = []
+        good = 0
+        position = 0
+        for line in data.splitlines(keepends=True):
+            position += len(line)
+            if not line.endswith(b"\n"):
+                break  # torn write
+            try:
+                item = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                break
+            if isinstance(item, dict):  # block marker: the block is committed
+                staging.rows.extend(block)
+                block = []
+                staging.next_offset = max(staging.next_offset, int(item["next"]))
+                good = position
+            else:
+                offset, timestamp, key, value = item
+                block.append((offset, timestamp, None if key is None else orjson.dumps(key),
+                              None if value is None else orjson.dumps(value)))
+        dropped = len(staging.rows)
+        staging.rows = [row for row in staging.rows if row[0] > archived_last]
+        dropped -= len(staging.rows)
+        if good < len(data) or dropped:
+            log.info("%s: recovered %s: kept %d staged record(s), dropped %d already archived and %d "
+                     "uncommitted byte(s)", self.where(), staging.path, len(staging.rows), dropped, len(data) - good)
+            self._rewrite_staging(staging)
+        else:
+            staging.size = good
+        return staging
+
+    # -- writing ---------------------------------------------------------------------
+    def accept(self, record: SinkRecord) -> None:
+        tp = TopicPartition(record.topic, record.partition) if record.topic is not None else self.task.inputs[0]
+        offset = record.offset
+        if offset is None:  # not caused by an input record: file it after the last delivered one
+            staging = self._staging.get(tp)
+            offset = max((staging.next_offset if staging else 0) - 1, 0)
+        try:
+            key = None if record.key is None else orjson.dumps(record.key)
+            value = None if record.value is None else orjson.dumps(record.value)
+        except TypeError as exc:
+            raise SerializationError(f"{self.where()}: the record cannot be written as JSON: {exc}") from exc
+        self.sink.format.check_value(record.value, record)
+        self._encoded.setdefault(tp, []).append((offset, record.timestamp, key, value))
+
+    def discard(self) -> int:
+        self._encoded.clear()
+        self._discarded = True
+        return super().discard()
+
+    def deliver(self, records: Sequence[SinkRecord], positions: Positions) -> None:
+        for tp in list(self._encoded):
+            rows = self._encoded[tp]
+            staging = self._staging[tp]
+            next_offset = max(positions.get(tp, 0), rows[-1][0] + 1)
+            self._append(staging, rows, next_offset)
+            staging.rows.extend(rows)
+            staging.next_offset = next_offset
+            del self._encoded[tp]
+        now = time.monotonic()
+        for tp, staging in self._staging.items():
+            if len(staging.rows) >= self.sink.roll_records or (
+                    staging.rows and self.sink.roll_interval_s is not None
+                    and now - staging.since >= self.sink.roll_interval_s):
+                self._roll(tp, staging)
+
+    def _append(self, staging: _Staging, rows: Sequence[ArchivedRow], next_offset: int) -> None:
+        lines = [b"[%d,%d,%s,%s]\n" % (offset, ts, key or b"null", value or b"null")
+                 for offset, ts, key, value in rows]
+        lines.append(b'{"next":%d}\n' % next_offset)
+        if not staging.rows:
+            staging.since = time.monotonic()
+        with open(staging.path, "ab") as f:
+            if f.tell() != staging.size:
+                f.truncate(staging.size)  # a failed earlier attempt left a partial block
+                f.seek(staging.size)
+            f.write(b"".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+            staging.size = f.tell()
+
+    def _roll(self, tp: TopicPartition, staging: _Staging) -> None:
+        rows = staging.rows
+        limit = self.sink.roll_records
+        start = 0
+        while start < len(rows):
+            end = min(start + limit, len(rows))
+            while end < len(rows) and rows[end][0] == rows[end - 1][0]:
+                end += 1  # the records of one input offset stay in one file
+            chunk = rows[start:end]
+            name = archive_file_name(tp.topic, tp.partition, chunk[0][0], chunk[-1][0], self.sink.format.extension)
+            final = os.path.join(self.sink.path, name)
+            temporary = os.path.join(self.sink.path, f".{name}.tmp")
+            self.sink.format.write(temporary, chunk, tp.partition)
+            os.replace(temporary, final)
+            fsync_directory(self.sink.path)
+            log.debug("%s: rolled %s (%d records)", self.where(), name, len(chunk))
+            start = end
+        staging.rows = []
+        self._rewrite_staging(staging)
+
+    def _rewrite_staging(self, staging: _Staging) -> None:
+        """Replace the staging file by its kept rows and marker, atomically."""
+        lines = [b"[%d,%d,%s,%s]\n" % (offset, ts, key or b"null", value or b"null")
+                 for offset, ts, key, value in staging.rows]
+        lines.append(b'{"next":%d}\n' % staging.next_offset)
+        temporary = staging.path + ".tmp"
+        with open(temporary, "wb") as f:
+            f.write(b"".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+            staging.size = f.tell()
+        os.replace(temporary, staging.path)
+        fsync_directory(os.path.dirname(staging.path))
+        staging.since = time.monotonic()
+
+    def is_transient(self, exc: BaseException) -> bool:
+        # Interrupted or temporarily unavailable I/O; a full disk may be freed by retention.
+        import errno
+        return isinstance(exc, OSError) and exc.errno in (errno.EINTR, errno.EAGAIN, errno.ENOSPC, errno.EIO)
+
+    def close(self) -> None:
+        """Roll what is staged (only after a clean commit: nothing pending)."""
+        if not self.sink.roll_on_close or self._discarded or self.pending or self._encoded:
+            return
+        for tp, staging in self._staging.items():
+            if staging.rows:
+                self.sink.retry.run(lambda: self._roll(tp, staging), transient=self.is_transient,
+                                    describe=lambda: f"{self.where()}: rolling {staging.path} on close")

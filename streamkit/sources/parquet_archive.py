@@ -1,0 +1,142 @@
+"""``ParquetArchive`` as a source: replay an archive written by ``sk.sinks.ParquetArchive``.
+
+Each archived partition becomes a partition of the stream, and records keep their
+archived offsets and timestamps, so a replay on the streaming runtime sees the
+same records in the same order as the original run. Only complete (rolled) files
+are read; records still in ``_staging`` are not.
+"""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Tuple
+
+import orjson
+
+from ..errors import ConfigError
+from ..sinks.file_archive import ArchiveFile, list_archive
+from ..sinks.parquet_archive import META_COLUMNS
+from ..transport.base import RawRecord
+from .base import PartitionReader, Source
+
+ArchivedRecord = Tuple[int, int, Optional[bytes], Optional[bytes]]
+
+
+class ParquetArchive(Source):
+    """The records of ``topic`` in the archive at ``path`` (``topic`` may be omitted
+    when the archive holds one topic)."""
+
+    def __init__(self, path: str, *, topic: Optional[str] = None) -> None:
+        self.path = path
+        self._topic = topic
+
+    def files(self) -> List[ArchiveFile]:
+        found = list_archive(self.path, "parquet")
+        topics = sorted({f.topic for f in found})
+        if self._topic is None:
+            if len(topics) > 1:
+                raise ConfigError(f"ParquetArchive({self.path}) holds topics {', '.join(topics)}: pass topic=")
+            if not topics:
+                raise ConfigError(f"ParquetArchive({self.path}): no archive files "
+                                  "(<topic>+<partition>+<first>-<last>.parquet) found")
+            return found
+        chosen = [f for f in found if f.topic == self._topic]
+        if not chosen:
+            raise ConfigError(f"ParquetArchive({self.path}) has no files of topic '{self._topic}' "
+                              f"(it holds: {', '.join(topics) or 'nothing'})")
+        return chosen
+
+    @property
+    def topic(self) -> str:
+        return self._topic or self.files()[0].topic
+
+    def default_name(self) -> str:
+        return f"archive-{self.topic}"
+
+    def partitions(self) -> int:
+        return max(f.partition for f in self.files()) + 1
+
+    def open_partition(self, partition: int) -> PartitionReader:
+        return ArchiveReader([f for f in self.files() if f.partition == partition])
+
+    def describe(self) -> str:
+        return f"ParquetArchive({self.path}, topic={self.topic})"
+
+
+def read_archive_file(path: str) -> Iterator[ArchivedRecord]:
+    """(offset, timestamp, key JSON, value JSON) of each row of an archive file."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    names = parquet.schema_arrow.names
+    value_columns = None if "value" in names else [n for n in names if n not in META_COLUMNS]
+    for batch in parquet.iter_batches(batch_size=8192):
+        columns = batch.to_pydict()
+        keys, offsets, timestamps = columns["key"], columns["offset"], columns["timestamp"]
+        if value_columns is None:
+            values = [None if v is None else v.encode() for v in columns["value"]]
+        else:
+            values = [orjson.dumps({name: columns[name][i] for name in value_columns})
+                      for i in range(len(offsets))]
+        for i, offset in enumerate(offsets):
+            key = keys[i]
+            yield offset, timestamps[i], None if key is None else key.encode(), values[i]
+
+
+class ArchiveReader(PartitionReader):
+    """One archived partition: its files in offset order."""
+
+    def __init__(self, files: List[ArchiveFile]) -> None:
+        self._files = sorted(files, key=lambda f: f.first)
+        self._file_index = 0
+        self._rows: Optional[Iterator[ArchivedRecord]] = None
+        self._pending: Optional[ArchivedRecord] = None
+        self._position = self._files[0].first if self._files else 0
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def seek(self, offset: int) -> None:
+        self._rows, self._pending = None, None
+        self._file_index = 0
+        while self._file_index < len(self._files) and self._files[self._file_index].last < offset:
+            self._file_index += 1
+        self._position = offset
+        while True:
+            item = self._next()
+            if item is None or item[0] >= offset:
+                self._pending = item
+                return
+
+    def _next(self) -> Optional[ArchivedRecord]:
+        if self._pending is not None:
+            item, self._pending = self._pending, None
+            return item
+        while self._file_index < len(self._files):
+            if self._rows is None:
+                self._rows = read_archive_file(self._files[self._file_index].path)
+            item = next(self._rows, None)
+            if item is not None:
+                return item
+            self._rows = None
+            self._file_index += 1
+        return None
+
+    def has_more(self) -> bool:
+        if self._pending is None:
+            self._pending = self._next()
+        return self._pending is not None
+
+    def read(self, max_records: int) -> List[RawRecord]:
+        records: List[RawRecord] = []
+        while True:
+            item = self._next()
+            if item is None:
+                break
+            if len(records) >= max_records and item[0] != records[-1][0]:
+                self._pending = item  # the records of one offset stay in one batch
+                break
+            offset, timestamp, key, value = item
+            records.append((offset, timestamp, key, value, None))
+        if records:
+            self._position = records[-1][0] + 1
+        return records
