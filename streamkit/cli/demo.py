@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import sqlite3
 import tempfile
 import time
 from collections import Counter
@@ -38,8 +40,12 @@ def sample_pageviews(count: int, seed: int = 7) -> List[Tuple[str, dict]]:
 @click.option("--app", "app_spec", default="apps.pageviews", show_default=True)
 def demo(events: int, directory: Optional[str], app_spec: str) -> None:
     """Produce sample page views, run the pageviews app until idle, print counts per page."""
-    app = load_app(app_spec)
     directory = directory or tempfile.mkdtemp(prefix="streamkit-demo-")
+    database = os.path.join(os.path.abspath(directory), "pageviews.db")
+    # apps.pageviews copies its per-minute counts to this database; it lives beside the
+    # broker, because the sink's stored offsets belong to that broker's topics.
+    os.environ["PAGEVIEWS_DB"] = f"sqlite:///{database}"
+    app = load_app(app_spec)
     url = f"embedded://{directory}"
     data = sample_pageviews(events)
     transport = open_transport(url)
@@ -70,10 +76,12 @@ def demo(events: int, directory: Optional[str], app_spec: str) -> None:
         raise click.ClickException("the counts do not match the input: this is a bug, please report it")
     click.echo(f"\nverified: the counts match a direct count of the {events} input events")
     if "page-counts-per-minute" in app.build().topics:
-        _report_minutes(url, data)
+        finals = _report_minutes(url, data)
+        if os.environ["PAGEVIEWS_DB"] == f"sqlite:///{database}" and os.path.exists(database):
+            _report_database(database, finals)
 
 
-def _report_minutes(url: str, data: List[Tuple[str, dict]]) -> None:
+def _report_minutes(url: str, data: List[Tuple[str, dict]]) -> Dict[Tuple[str, int], int]:
     """Check the per-minute windowed counts: one final result per closed minute, each equal
     to a direct count of its views minus those dropped as late (written to pageviews-late)."""
     minute = 60_000
@@ -90,9 +98,22 @@ def _report_minutes(url: str, data: List[Tuple[str, dict]]) -> None:
     if wrong:
         raise click.ClickException(f"per-minute counts differ from the input: {wrong[:3]}")
     minutes = len({start for _page, start in got})
+    result = {(key["key"], key["start"]): count for key, count in finals}
     click.echo(f"verified: {len(finals)} final per-minute page counts over {minutes} closed minutes, each "
                f"emitted once; {len(late)} view(s) arrived more than the 10 s grace behind their task's "
                "stream time and went to pageviews-late")
+    return result
+
+
+def _report_database(path: str, finals: Dict[Tuple[str, int], int]) -> None:
+    """The SQLite copy of the per-minute finals must hold each of them once, unchanged."""
+    with sqlite3.connect(path) as connection:
+        rows = connection.execute("SELECT key, window_start, value FROM page_counts_per_minute").fetchall()
+    got = {(key, start): value for key, start, value in rows}
+    if got != finals or len(rows) != len(finals):
+        raise click.ClickException(f"the SQLite table page_counts_per_minute ({len(rows)} rows) differs from "
+                                   f"the {len(finals)} per-minute results: this is a bug, please report it")
+    click.echo(f"verified: {path} holds the same {len(rows)} per-minute counts (table page_counts_per_minute)")
 
 
 def _final_counts(url: str, topic: str) -> Dict[str, int]:

@@ -176,6 +176,12 @@ class Stream:
         if not isinstance(sink, Sink):
             raise TopologyError(f"sink() takes a sink such as sk.sinks.ParquetArchive(path), got {sink!r}")
         node = self._draft.name_for(name, self._node, f"sink-{type(sink).__name__.lower()}")
+        target = sink.exclusive_target()
+        for other in self._draft.nodes:
+            if target is not None and isinstance(other, ir.ExternalSinkNode) and \
+                    other.sink.exclusive_target() == target:
+                raise TopologyError(f"sinks '{other.name}' and '{node}' both write {target}: their files would "
+                                    "clash; give each sink its own directory")
         self._draft.append(ir.ExternalSinkNode(node, (self._node,), sink=sink))
 
     def group_by_key(self, *, key_serde: Optional[Serde] = None,

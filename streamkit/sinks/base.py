@@ -13,7 +13,7 @@ import abc
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import SinkError, TaskMigratedError, TransientSinkError
 from ..transport.base import Headers, TopicPartition
@@ -23,8 +23,7 @@ log = logging.getLogger(__name__)
 Positions = Mapping[TopicPartition, int]
 
 
-@dataclass(frozen=True)
-class SinkRecord:
+class SinkRecord(NamedTuple):
     """A record handed to a sink, with the input record it came from.
 
     ``topic``/``partition``/``offset`` name the task input being processed when the
@@ -91,6 +90,10 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def open(self, task: SinkTask) -> "SinkWriter":
         """A writer for one task (called when the task starts)."""
+
+    def exclusive_target(self) -> Optional[str]:
+        """What no other sink of the app may write too (a directory), or None."""
+        return None
 
     @abc.abstractmethod
     def describe(self) -> str:

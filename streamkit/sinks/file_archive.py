@@ -122,6 +122,9 @@ class FileArchiveSink(Sink):
     def open(self, task: SinkTask) -> SinkWriter:
         return FileArchiveWriter(self, task)
 
+    def exclusive_target(self) -> Optional[str]:
+        return self.path  # two writers of one staging file would corrupt it
+
     def describe(self) -> str:
         return f"{type(self).__name__}({self.path})"
 

@@ -100,6 +100,7 @@ def describe_mermaid(topology: Topology) -> str:
 
     lines = ["flowchart LR"]
     topics: List[str] = []
+    externals: List[tuple] = []
     edges: List[str] = []
     for sub in topology.sub_topologies:
         lines.append(f'  subgraph sub{sub.id}["Sub-topology {sub.id}"]')
@@ -114,6 +115,9 @@ def describe_mermaid(topology: Topology) -> str:
             elif isinstance(node, SinkNode):
                 topics.append(node.topic)
                 edges.append(f"  {mid('n', name)} --> {mid('t', node.topic)}")
+            elif isinstance(node, ExternalSinkNode):
+                externals.append((mid("x", name), node.sink.describe()))
+                edges.append(f"  {mid('n', name)} --> {mid('x', name)}")
             for store in node.stores:
                 edges.append(f"  {mid('n', name)} -.- {mid('s', store)}")
         lines.append("  end")
@@ -121,4 +125,6 @@ def describe_mermaid(topology: Topology) -> str:
         lines.append(f'  {mid("t", topic)}(["{topic}"])')
     for store in topology.stores:
         lines.append(f'  {mid("s", store)}[("{store}")]')
+    for node_id, text in externals:
+        lines.append(f'  {node_id}[/"{text}"/]')
     return "\n".join(lines + edges) + "\n"

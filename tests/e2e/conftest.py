@@ -20,11 +20,13 @@ def broker_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli(broker_dir: Path) -> Callable[..., subprocess.CompletedProcess]:
-    """Run ``python -m streamkit ARGS`` against a fresh embedded broker directory."""
+    """Run ``python -m streamkit ARGS`` against a fresh embedded broker directory (and a
+    fresh database for apps.pageviews' SQLite copy)."""
 
     def run(*args: str, stdin: Optional[str] = None, timeout: float = 60,
             cwd: Optional[Path] = None, env: Optional[dict] = None) -> subprocess.CompletedProcess:
         full_env = {**os.environ, "STREAMKIT_BROKER": f"embedded://{broker_dir}",
+                    "PAGEVIEWS_DB": f"sqlite:///{broker_dir.parent}/pageviews.db",
                     "PYTHONPATH": str(REPO), **(env or {})}
         return subprocess.run([sys.executable, "-m", "streamkit", *args], input=stdin, capture_output=True,
                               text=True, timeout=timeout, cwd=cwd or REPO, env=full_env)
@@ -37,7 +39,8 @@ def spawn(broker_dir: Path) -> Callable[..., subprocess.Popen]:
     procs = []
 
     def start(*args: str, cwd: Optional[Path] = None) -> subprocess.Popen:
-        env = {**os.environ, "STREAMKIT_BROKER": f"embedded://{broker_dir}", "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "STREAMKIT_BROKER": f"embedded://{broker_dir}",
+               "PAGEVIEWS_DB": f"sqlite:///{broker_dir.parent}/pageviews.db", "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen([sys.executable, "-m", "streamkit", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env=env)
         procs.append(proc)

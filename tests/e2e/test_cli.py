@@ -154,6 +154,7 @@ def test_demo_runs_end_to_end_and_verifies(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "verified: the counts match" in result.stdout
     assert "home" in result.stdout
+    assert "per-minute counts (table page_counts_per_minute)" in result.stdout  # the SQLite copy
 
 
 def test_consume_tails_records_appended_by_another_process(cli, spawn):

@@ -99,9 +99,11 @@ Topology: pageviews
       --> minute-finals.to_stream
       <-- page-counts-per-minute
     Processor: minute-finals.to_stream (to_stream)
-      --> minute-finals.to_stream.to-page-counts-per-minute
+      --> minute-finals.to_stream.to-page-counts-per-minute, minutes-to-sqlite
       <-- minute-finals
     Sink: minute-finals.to_stream.to-page-counts-per-minute (topic: page-counts-per-minute)
+      <-- minute-finals.to_stream
+    Sink: minutes-to-sqlite (Database(<DB>, table page_counts_per_minute))
       <-- minute-finals.to_stream
   Stores:
     page-counts (key_value, changelog: pageviews-page-counts-changelog)
@@ -110,9 +112,9 @@ Topology: pageviews
 """
 
 
-def test_the_shipped_pageviews_app_is_the_issue_example_plus_its_per_minute_counts() -> None:
+def test_the_shipped_pageviews_app_is_the_issue_example_plus_its_per_minute_counts_and_sqlite_copy() -> None:
     from apps import pageviews
-    assert pageviews.app.describe() == SHIPPED_PAGEVIEWS_TEXT
+    assert pageviews.app.describe() == SHIPPED_PAGEVIEWS_TEXT.replace("<DB>", pageviews.DATABASE)
 
 
 def test_pageviews_example_counts_pages() -> None:
