@@ -45,7 +45,7 @@ class Serde(Generic[T]):
         return hash(type(self))
 
 
-def _compact_json(obj: Any) -> bytes:
+def compact_json(obj: Any) -> bytes:
     """orjson.dumps, in a right-sized bytes object.
 
     orjson hands back each result in a ~4 KiB allocation however short it is; the
@@ -63,7 +63,7 @@ class Json(Serde[Any]):
         if obj is None:
             return None
         try:
-            return _compact_json(obj)
+            return compact_json(obj)
         except TypeError as exc:
             raise SerializationError(f"Json serde cannot serialize {type(obj).__name__}: {exc}") from exc
 
@@ -181,7 +181,7 @@ class Dataclass(Serde[T]):
             return None
         if not isinstance(obj, self.cls):
             raise SerializationError(f"Dataclass serde for {self.cls.__name__} got {type(obj).__name__}")
-        return _compact_json(obj)
+        return compact_json(obj)
 
     def deserialize(self, data: Optional[bytes]) -> Optional[T]:
         if data is None:

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import orjson
 
 from ..errors import ConfigError, SerializationError
+from ..serdes import compact_json
 from ..transport.base import TopicPartition
 from .base import Positions, Sink, SinkRecord, SinkTask, SinkWriter
 
@@ -196,8 +197,8 @@ class FileArchiveWriter(SinkWriter):
                 good = position
             else:
                 offset, timestamp, key, value = item
-                block.append((offset, timestamp, None if key is None else orjson.dumps(key),
-                              None if value is None else orjson.dumps(value)))
+                block.append((offset, timestamp, None if key is None else compact_json(key),
+                              None if value is None else compact_json(value)))
         dropped = len(staging.rows)
         staging.rows = [row for row in staging.rows if row[0] > archived_last]
         dropped -= len(staging.rows)
@@ -217,8 +218,9 @@ class FileArchiveWriter(SinkWriter):
             staging = self._staging.get(tp)
             offset = max((staging.next_offset if staging else 0) - 1, 0)
         try:
-            key = None if record.key is None else orjson.dumps(record.key)
-            value = None if record.value is None else orjson.dumps(record.value)
+            # Right-sized copies: these stay in memory until the file rolls.
+            key = None if record.key is None else compact_json(record.key)
+            value = None if record.value is None else compact_json(record.value)
         except TypeError as exc:
             raise SerializationError(f"{self.where()}: the record cannot be written as JSON: {exc}") from exc
         self.sink.format.check_value(record.value, record)
@@ -240,10 +242,10 @@ class FileArchiveWriter(SinkWriter):
             del self._encoded[tp]
         now = time.monotonic()
         for tp, staging in self._staging.items():
-            if len(staging.rows) >= self.sink.roll_records or (
-                    staging.rows and self.sink.roll_interval_s is not None
-                    and now - staging.since >= self.sink.roll_interval_s):
-                self._roll(tp, staging)
+            if staging.rows and self.sink.roll_interval_s is not None and now - staging.since >= self.sink.roll_interval_s:
+                self._roll(tp, staging, everything=True)
+            elif len(staging.rows) >= self.sink.roll_records:
+                self._roll(tp, staging, everything=False)  # full files only; the rest stays staged
 
     def _append(self, staging: _Staging, rows: Sequence[ArchivedRow], next_offset: int) -> None:
         lines = [b"[%d,%d,%s,%s]\n" % (offset, ts, key or b"null", value or b"null")
@@ -260,11 +262,13 @@ class FileArchiveWriter(SinkWriter):
             os.fsync(f.fileno())
             staging.size = f.tell()
 
-    def _roll(self, tp: TopicPartition, staging: _Staging) -> None:
+    def _roll(self, tp: TopicPartition, staging: _Staging, *, everything: bool) -> None:
+        """Write staged rows to files of ``roll_records`` rows (the last one shorter only
+        with ``everything``), then rewrite the staging file with the rows left."""
         rows = staging.rows
         limit = self.sink.roll_records
         start = 0
-        while start < len(rows):
+        while start < len(rows) and (everything or len(rows) - start >= limit):
             end = min(start + limit, len(rows))
             while end < len(rows) and rows[end][0] == rows[end - 1][0]:
                 end += 1  # the records of one input offset stay in one file
@@ -277,7 +281,7 @@ class FileArchiveWriter(SinkWriter):
             fsync_directory(self.sink.path)
             log.debug("%s: rolled %s (%d records)", self.where(), name, len(chunk))
             start = end
-        staging.rows = []
+        staging.rows = rows[start:]
         self._rewrite_staging(staging)
 
     def _rewrite_staging(self, staging: _Staging) -> None:
@@ -306,5 +310,5 @@ class FileArchiveWriter(SinkWriter):
             return
         for tp, staging in self._staging.items():
             if staging.rows:
-                self.sink.retry.run(lambda: self._roll(tp, staging), transient=self.is_transient,
+                self.sink.retry.run(lambda: self._roll(tp, staging, everything=True), transient=self.is_transient,
                                     describe=lambda: f"{self.where()}: rolling {staging.path} on close")

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Iterator, List, Optional, Tuple
 
-import orjson
-
 from ..errors import ConfigError
+from ..serdes import compact_json
 from ..sinks.file_archive import ArchiveFile, list_archive
 from ..sinks.parquet_archive import META_COLUMNS
 from ..transport.base import RawRecord
@@ -74,7 +73,7 @@ def read_archive_file(path: str) -> Iterator[ArchivedRecord]:
         if value_columns is None:
             values = [None if v is None else v.encode() for v in columns["value"]]
         else:
-            values = [orjson.dumps({name: columns[name][i] for name in value_columns})
+            values = [compact_json({name: columns[name][i] for name in value_columns})
                       for i in range(len(offsets))]
         for i, offset in enumerate(offsets):
             key = keys[i]

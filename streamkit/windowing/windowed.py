@@ -19,7 +19,7 @@ from typing import Any, Generic, Optional, Tuple, TypeVar
 import orjson
 
 from ..errors import ConfigError, SerializationError
-from ..serdes import Dataclass, Float, Int, Json, Serde, String, _compact_json, _preview
+from ..serdes import Dataclass, Float, Int, Json, Serde, String, compact_json, _preview
 
 __all__ = [
     "Windowed", "WindowedSerde", "window_store_key", "split_window_store_key",
@@ -95,7 +95,7 @@ class WindowedSerde(Serde[Windowed[K]]):
         if not isinstance(obj, Windowed):
             raise SerializationError(f"WindowedSerde expects Windowed, got {type(obj).__name__} ({obj!r})")
         data = self.inner.serialize(obj.key)
-        return _compact_json({"key": self._key_to_json(data), "start": obj.start, "end": obj.end})
+        return compact_json({"key": self._key_to_json(data), "start": obj.start, "end": obj.end})
 
     def deserialize(self, data: Optional[bytes]) -> Optional[Windowed[K]]:
         if data is None:
