@@ -251,7 +251,7 @@ def compile_external_sink(node: ir.ExternalSinkNode, downstream: Downstream, env
             origin = SinkRecord(key, value, timestamp, None, partition, None)
         try:
             write(origin)
-        except StreamkitError as exc:
+        except Exception as exc:  # the record cannot be taken: its error handler decides
             raise _user_error(name, exc) from exc
     return sink
 

@@ -20,7 +20,7 @@ from ..errors import ConfigError, SerializationError, TaskMigratedError
 from ..transport.base import TopicPartition
 from ..windowing import Windowed
 from .base import Positions, Sink, SinkRecord, SinkTask, SinkWriter
-from .sql_dialects import Dialect, columns_sql, dialect_for, placeholders, quote
+from .sql_dialects import Dialect, columns_sql, create_if_missing, dialect_for, placeholders, quote
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,28 @@ def _fields(value: Any) -> Optional[Dict[str, Any]]:
     return None
 
 
-def _column_value(value: Any) -> Any:
-    if isinstance(value, (dict, list, tuple)):
-        return orjson.dumps(value).decode()
-    return value
+SCALARS = (str, int, float, bool, bytes, type(None))
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _checked_row(row: Mapping[str, Any]) -> Dict[str, Any]:
+    """The row with nested values as JSON text; raises for a name or value no column can hold."""
+    out = {}
+    for name, value in row.items():
+        if not isinstance(name, str) or not name or not all(c.isalnum() or c == "_" for c in name):
+            raise SerializationError(f"field {name!r} cannot be a column name (use letters, digits and underscores)")
+        if isinstance(value, (dict, list, tuple)):
+            try:
+                value = orjson.dumps(value).decode()
+            except TypeError as exc:
+                raise SerializationError(f"field '{name}' cannot be stored as JSON text: {exc}") from None
+        elif not isinstance(value, SCALARS):
+            raise SerializationError(f"field '{name}' has a {type(value).__name__} value, which no column type holds "
+                                     "(use str, int, float, bool, bytes, or a dict/list for JSON text)")
+        elif isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
+            raise SerializationError(f"field '{name}' = {value} does not fit a 64-bit integer column")
+        out[name] = value
+    return out
 
 
 class DatabaseWriter(SinkWriter):
@@ -145,12 +163,11 @@ class DatabaseWriter(SinkWriter):
     def resume(self) -> Dict[TopicPartition, int]:
         sink, dialect = self.sink, self.sink.dialect
         connection = self._connect()
+        create_if_missing(connection, dialect, sink.offsets_table,
+                          f"{quote('group_id')} TEXT NOT NULL, {quote('sink')} TEXT NOT NULL, "
+                          f"{quote('topic')} TEXT NOT NULL, {quote('partition')} INTEGER NOT NULL, "
+                          f"{quote('next_offset')} BIGINT NOT NULL, PRIMARY KEY ({columns_sql(OFFSETS_COLUMNS[:4])})")
         cursor = connection.cursor()
-        cursor.execute(
-            f"CREATE TABLE IF NOT EXISTS {quote(sink.offsets_table)} ("
-            f"{quote('group_id')} TEXT NOT NULL, {quote('sink')} TEXT NOT NULL, {quote('topic')} TEXT NOT NULL, "
-            f"{quote('partition')} INTEGER NOT NULL, {quote('next_offset')} BIGINT NOT NULL, "
-            f"PRIMARY KEY ({columns_sql(OFFSETS_COLUMNS[:4])}))")
         cursor.execute(
             f"SELECT {quote('topic')}, {quote('partition')}, {quote('next_offset')} FROM {quote(sink.offsets_table)} "
             f"WHERE {quote('group_id')} = {dialect.placeholder} AND {quote('sink')} = {dialect.placeholder}",
@@ -161,8 +178,7 @@ class DatabaseWriter(SinkWriter):
             tp = TopicPartition(topic, int(partition))
             if tp in inputs:
                 stored[tp] = int(next_offset)
-        if dialect.name != "sqlite":
-            connection.commit()
+        connection.commit()
         self._stored = stored
         return dict(stored)
 
@@ -181,9 +197,10 @@ class DatabaseWriter(SinkWriter):
         if missing:
             raise SerializationError(f"{self.where()}: the row has no key column(s) {', '.join(missing)} "
                                      f"(row fields: {', '.join(row_key) or 'none'})")
-        key = tuple(_column_value(row_key[column]) for column in sink.key_columns)
+        checked = _checked_row(row_key if row is None else row)
+        key = tuple(checked[column] for column in sink.key_columns)
         self._rows.pop(key, None)  # keep first-written order of the latest rows
-        self._rows[key] = None if row is None else {name: _column_value(v) for name, v in row.items()}
+        self._rows[key] = None if row is None else checked
 
     def discard(self) -> int:
         self._rows.clear()
@@ -192,11 +209,11 @@ class DatabaseWriter(SinkWriter):
     def deliver(self, records: Sequence[SinkRecord], positions: Positions) -> None:
         sink, dialect = self.sink, self.sink.dialect
         connection = self._connect()
+        if not self._table_ready:
+            self._table_ready = self._ensure_table(connection)
         try:
             dialect.begin(connection)
             cursor = connection.cursor()
-            if not self._table_ready:
-                self._create_table(cursor)
             new_stored = self._advance_offsets(cursor, positions)
             upserts: Dict[Tuple[str, ...], List[Tuple[Any, ...]]] = {}
             deletes: List[Tuple[Any, ...]] = []
@@ -221,19 +238,21 @@ class DatabaseWriter(SinkWriter):
         self._stored = new_stored
         self._rows.clear()
 
-    def _create_table(self, cursor: Any) -> None:
+    def _ensure_table(self, connection: Any) -> bool:
+        """Create the table if missing (its own transaction); whether it exists now."""
         sink = self.sink
         columns = sink.columns
         if columns is None:
             first = next((row for row in self._rows.values() if row is not None), None)
             if first is None:  # only deletions so far: nothing to create the table from
-                self._table_ready = sink.dialect.table_exists(cursor, sink.table)
-                return
+                exists = sink.dialect.table_exists(connection.cursor(), sink.table)
+                connection.commit()
+                return exists
             columns = {name: sink.dialect.column_type(value) for name, value in first.items()}
         definitions = ", ".join(f"{quote(name)} {kind}" for name, kind in columns.items())
-        cursor.execute(f"CREATE TABLE IF NOT EXISTS {quote(sink.table)} ({definitions}, "
-                       f"PRIMARY KEY ({columns_sql(sink.key_columns)}))")
-        self._table_ready = True
+        create_if_missing(connection, sink.dialect, sink.table,
+                          f"{definitions}, PRIMARY KEY ({columns_sql(sink.key_columns)})")
+        return True
 
     def _upsert_sql(self, names: Tuple[str, ...]) -> str:
         sink, dialect = self.sink, self.sink.dialect
@@ -253,6 +272,8 @@ class DatabaseWriter(SinkWriter):
         for tp, offset in positions.items():
             ids = (self.task.app_id, self.task.sink_name, tp.topic, tp.partition)
             expected = self._stored.get(tp)
+            if expected is not None and offset < expected:
+                offset = expected  # reprocessing below what was delivered: never move back
             if expected is None:
                 try:
                     cursor.execute(f"INSERT INTO {table} ({columns_sql(OFFSETS_COLUMNS)}) VALUES ({', '.join([p] * 5)})",

@@ -2,18 +2,22 @@
 
 Layout of an archive directory::
 
-    <topic>+<partition>+<first-offset>-<last-offset>.<ext>   complete files (rolled)
+    <topic>+<partition>+<first-offset>-<last-offset>.<ext>   complete files (rolled; ``+<n>``
+                                                              before the extension if taken)
     _staging/<topic>+<partition>.jsonl                        committed, not rolled yet
 
 At each commit a writer appends its new records to the partition's staging file,
 ending the block with a marker line holding the task's next input offset, and
 fsyncs it before the task commits its offsets. A roll writes the staged records to
-a temporary file, fsyncs it, renames it to its final name and starts a new staging
-file. On start the writer truncates a torn staging block, drops staged records
-that a rolled file already holds (a crash between the rename and the reset), and
-resumes after the larger of the last archived offset and the last marker: records
-from earlier offsets, produced again by reprocessing, are skipped. So a record is
-in exactly one complete file, or staged, whatever moment the process dies at.
+temporary files and fsyncs them, rewrites the staging file without those records
+(its marker naming the planned files), then renames the temporary files; recovery
+finishes an interrupted rename. On start the writer also cuts a torn staging block
+and resumes after the last marker (after the last archived offset if the staging
+file is gone): records from earlier offsets, produced again by reprocessing, are
+skipped. So a record is in exactly one complete file, or staged, whatever moment
+the process dies at. Records sent between input records (punctuations, cache
+flushes) are filed under the last input offset; a punctuation's records may be
+delivered again after a crash (at least once).
 Files whose names start with ``_`` or ``.`` are hidden from Spark and pyarrow readers.
 """
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import orjson
 
-from ..errors import ConfigError, SerializationError
+from ..errors import ConfigError, SerializationError, SinkError
 from ..serdes import compact_json
 from ..transport.base import TopicPartition
 from .base import Positions, Sink, SinkRecord, SinkTask, SinkWriter
@@ -39,23 +43,26 @@ STAGING_DIR = "_staging"
 ArchivedRow = Tuple[int, int, Optional[bytes], Optional[bytes]]
 """(origin offset, timestamp ms, key as JSON or None, value as JSON or None)."""
 
-_FILE_NAME = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)\+(?P<partition>\d+)\+(?P<first>\d+)-(?P<last>\d+)\.(?P<ext>\w+)$")
+_FILE_NAME = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)\+(?P<partition>\d+)\+(?P<first>\d+)-(?P<last>\d+)"
+                        r"(?:\+(?P<sequence>\d+))?\.(?P<ext>\w+)$")
 
 
 class ArchiveFile:
     """A complete archive file, as its name describes it."""
 
-    __slots__ = ("path", "topic", "partition", "first", "last")
+    __slots__ = ("path", "topic", "partition", "first", "last", "sequence")
 
-    def __init__(self, path: str, topic: str, partition: int, first: int, last: int) -> None:
+    def __init__(self, path: str, topic: str, partition: int, first: int, last: int, sequence: int = 0) -> None:
         self.path, self.topic, self.partition, self.first, self.last = path, topic, partition, first, last
+        self.sequence = sequence
 
     def __repr__(self) -> str:
         return f"ArchiveFile({self.path!r})"
 
 
-def archive_file_name(topic: str, partition: int, first: int, last: int, extension: str) -> str:
-    return f"{topic}+{partition}+{first}-{last}.{extension}"
+def archive_file_name(topic: str, partition: int, first: int, last: int, extension: str, sequence: int = 0) -> str:
+    suffix = f"+{sequence}" if sequence else ""
+    return f"{topic}+{partition}+{first}-{last}{suffix}.{extension}"
 
 
 def list_archive(path: str, extension: str) -> List[ArchiveFile]:
@@ -69,8 +76,8 @@ def list_archive(path: str, extension: str) -> List[ArchiveFile]:
         match = _FILE_NAME.match(name)
         if match and match["ext"] == extension:
             found.append(ArchiveFile(os.path.join(path, name), match["topic"], int(match["partition"]),
-                                     int(match["first"]), int(match["last"])))
-    found.sort(key=lambda f: (f.topic, f.partition, f.first))
+                                     int(match["first"]), int(match["last"]), int(match["sequence"] or 0)))
+    found.sort(key=lambda f: (f.topic, f.partition, f.first, f.sequence))
     return found
 
 
@@ -172,14 +179,18 @@ class FileArchiveWriter(SinkWriter):
         return resumed
 
     def _recover(self, tp: TopicPartition, archived_last: int) -> _Staging:
+        """Load the partition's staging file: committed blocks only, and finish a roll that
+        a crash interrupted. Without a staging file, resume after the archived files."""
         staging = _Staging(os.path.join(self.sink.path, STAGING_DIR, f"{tp.topic}+{tp.partition}.jsonl"))
-        staging.next_offset = archived_last + 1
         try:
             with open(staging.path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
+            staging.next_offset = archived_last + 1
+            self._remove_orphans(tp, set())
             return staging
         block: List[ArchivedRow] = []
+        rolling: List[str] = []
         good = 0
         position = 0
         for line in data.splitlines(keepends=True):
@@ -194,21 +205,44 @@ class FileArchiveWriter(SinkWriter):
                 staging.rows.extend(block)
                 block = []
                 staging.next_offset = max(staging.next_offset, int(item["next"]))
+                rolling.extend(item.get("rolling", ()))
                 good = position
             else:
                 offset, timestamp, key, value = item
                 block.append((offset, timestamp, None if key is None else compact_json(key),
                               None if value is None else compact_json(value)))
-        dropped = len(staging.rows)
-        staging.rows = [row for row in staging.rows if row[0] > archived_last]
-        dropped -= len(staging.rows)
-        if good < len(data) or dropped:
-            log.info("%s: recovered %s: kept %d staged record(s), dropped %d already archived and %d "
-                     "uncommitted byte(s)", self.where(), staging.path, len(staging.rows), dropped, len(data) - good)
+        self._finish_roll(rolling)
+        self._remove_orphans(tp, set(rolling))
+        if good < len(data):
+            log.info("%s: recovered %s: kept %d staged record(s), cut %d uncommitted byte(s)", self.where(),
+                     staging.path, len(staging.rows), len(data) - good)
             self._rewrite_staging(staging)
         else:
             staging.size = good
         return staging
+
+    def _finish_roll(self, names: Sequence[str]) -> None:
+        """Rename the files a roll had planned (its staging rewrite already dropped their rows)."""
+        root = self.sink.path
+        for name in names:
+            final, temporary = os.path.join(root, name), os.path.join(root, f".{name}.tmp")
+            if os.path.exists(final):
+                continue
+            if not os.path.exists(temporary):
+                raise SinkError(f"{self.where()}: archive file {name} was being rolled but neither it nor its "
+                                f"temporary file .{name}.tmp exists: were files removed by hand?")
+            os.replace(temporary, final)
+            log.info("%s: finished rolling %s after a crash", self.where(), name)
+        if names:
+            fsync_directory(root)
+
+    def _remove_orphans(self, tp: TopicPartition, keep: set) -> None:
+        """Temporary files of a roll that crashed before its staging rewrite: their rows are
+        still staged and will be rolled again."""
+        prefix = f".{tp.topic}+{tp.partition}+"
+        for name in os.listdir(self.sink.path):
+            if name.startswith(prefix) and name.endswith(".tmp") and name[1:-4] not in keep:
+                os.remove(os.path.join(self.sink.path, name))
 
     # -- writing ---------------------------------------------------------------------
     def accept(self, record: SinkRecord) -> None:
@@ -231,11 +265,16 @@ class FileArchiveWriter(SinkWriter):
         self._discarded = True
         return super().discard()
 
+    def keeps_positions_without_records(self) -> bool:
+        return True  # every commit checks the roll interval
+
     def deliver(self, records: Sequence[SinkRecord], positions: Positions) -> None:
         for tp in list(self._encoded):
             rows = self._encoded[tp]
             staging = self._staging[tp]
-            next_offset = max(positions.get(tp, 0), rows[-1][0] + 1)
+            # From the task's positions only: a row sent by a punctuation carries no input
+            # offset of its own and must not move the resume point.
+            next_offset = max(staging.next_offset, positions.get(tp, staging.next_offset))
             self._append(staging, rows, next_offset)
             staging.rows.extend(rows)
             staging.next_offset = next_offset
@@ -264,31 +303,47 @@ class FileArchiveWriter(SinkWriter):
 
     def _roll(self, tp: TopicPartition, staging: _Staging, *, everything: bool) -> None:
         """Write staged rows to files of ``roll_records`` rows (the last one shorter only
-        with ``everything``), then rewrite the staging file with the rows left."""
+        with ``everything``). Order, so that a crash anywhere leaves each row in exactly one
+        place: write and fsync temporary files; rewrite the staging file without their rows,
+        naming the planned files; rename the temporary files (recovery finishes this step)."""
         rows = staging.rows
         limit = self.sink.roll_records
+        fmt = self.sink.format
+        planned: List[str] = []
         start = 0
         while start < len(rows) and (everything or len(rows) - start >= limit):
             end = min(start + limit, len(rows))
             while end < len(rows) and rows[end][0] == rows[end - 1][0]:
                 end += 1  # the records of one input offset stay in one file
             chunk = rows[start:end]
-            name = archive_file_name(tp.topic, tp.partition, chunk[0][0], chunk[-1][0], self.sink.format.extension)
-            final = os.path.join(self.sink.path, name)
-            temporary = os.path.join(self.sink.path, f".{name}.tmp")
-            self.sink.format.write(temporary, chunk, tp.partition)
-            os.replace(temporary, final)
-            fsync_directory(self.sink.path)
-            log.debug("%s: rolled %s (%d records)", self.where(), name, len(chunk))
+            name = self._free_name(tp, chunk[0][0], chunk[-1][0], planned)
+            fmt.write(os.path.join(self.sink.path, f".{name}.tmp"), chunk, tp.partition)
+            planned.append(name)
             start = end
+        if not planned:
+            return
         staging.rows = rows[start:]
-        self._rewrite_staging(staging)
+        self._rewrite_staging(staging, rolling=planned)
+        self._finish_roll(planned)
+        log.debug("%s: rolled %s", self.where(), ", ".join(planned))
 
-    def _rewrite_staging(self, staging: _Staging) -> None:
+    def _free_name(self, tp: TopicPartition, first: int, last: int, planned: Sequence[str]) -> str:
+        """``<topic>+<partition>+<first>-<last>.<ext>``, with ``+<n>`` before the extension
+        if that name is taken (rows sent between input records share their offset)."""
+        ext = self.sink.format.extension
+        name = archive_file_name(tp.topic, tp.partition, first, last, ext)
+        n = 1
+        while name in planned or os.path.exists(os.path.join(self.sink.path, name)):
+            name = archive_file_name(tp.topic, tp.partition, first, last, ext, sequence=n)
+            n += 1
+        return name
+
+    def _rewrite_staging(self, staging: _Staging, rolling: Sequence[str] = ()) -> None:
         """Replace the staging file by its kept rows and marker, atomically."""
         lines = [b"[%d,%d,%s,%s]\n" % (offset, ts, key or b"null", value or b"null")
                  for offset, ts, key, value in staging.rows]
-        lines.append(b'{"next":%d}\n' % staging.next_offset)
+        lines.append(orjson.dumps({"next": staging.next_offset, "rolling": list(rolling)}) + b"\n"
+                     if rolling else b'{"next":%d}\n' % staging.next_offset)
         temporary = staging.path + ".tmp"
         with open(temporary, "wb") as f:
             f.write(b"".join(lines))

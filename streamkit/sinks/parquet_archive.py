@@ -13,6 +13,8 @@ from .base import SinkRecord
 from .file_archive import ArchivedRow, ArchiveFormat, FileArchiveSink
 
 META_COLUMNS = ("key", "timestamp", "partition", "offset")
+RESERVED_FIELDS = META_COLUMNS + ("value",)
+"""Names a schema field may not take (``value`` marks an archive without a schema)."""
 SchemaLike = Union["pyarrow.Schema", Mapping[str, Any]]  # noqa: F821
 
 
@@ -44,6 +46,15 @@ class ParquetFormat(ArchiveFormat):
         if unknown:
             raise SerializationError(f"value field(s) {', '.join(map(repr, unknown))} are not in the archive "
                                      f"schema ({', '.join(self.value_schema.names)})")
+        import pyarrow as pa
+
+        for name, field_value in fields.items():
+            arrow_type = self.value_schema.field(name).type
+            try:
+                pa.scalar(field_value, type=arrow_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+                raise SerializationError(f"value field '{name}' = {field_value!r} does not fit the archive "
+                                         f"schema's type {arrow_type}: {exc}") from None
 
     def write(self, path: str, rows: Sequence[ArchivedRow], partition: int) -> None:
         import pyarrow as pa
@@ -91,10 +102,10 @@ def _value_schema(schema: SchemaLike) -> "pyarrow.Schema":  # noqa: F821
         result = pa.schema(fields)
     else:
         raise ConfigError(f"ParquetArchive schema must be a pyarrow.Schema or a dict of field -> type, got {schema!r}")
-    clash = [name for name in result.names if name in META_COLUMNS]
+    clash = [name for name in result.names if name in RESERVED_FIELDS]
     if clash:
         raise ConfigError(f"ParquetArchive schema: field(s) {', '.join(clash)} clash with the archive's own "
-                          f"columns ({', '.join(META_COLUMNS)})")
+                          f"columns ({', '.join(RESERVED_FIELDS)})")
     return result
 
 

@@ -29,6 +29,10 @@ class Dialect:
     def is_unique_violation(self, exc: BaseException) -> bool:
         return False
 
+    def is_duplicate_table(self, exc: BaseException) -> bool:
+        """A concurrent CREATE TABLE IF NOT EXISTS lost the race."""
+        return False
+
     def column_type(self, value: Any) -> str:
         return self.types.get(type(value), "TEXT")
 
@@ -106,6 +110,11 @@ class PostgresDialect(Dialect):
 
         return isinstance(exc, errors.UniqueViolation)
 
+    def is_duplicate_table(self, exc: BaseException) -> bool:
+        from psycopg import errors
+
+        return isinstance(exc, (errors.UniqueViolation, errors.DuplicateTable))
+
 
 def dialect_for(url: str) -> Dialect:
     """``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``postgresql://…``."""
@@ -128,6 +137,19 @@ def quote(identifier: str) -> str:
         raise ConfigError(f"Database sink: {identifier!r} is not a valid table or column name "
                           "(use letters, digits and underscores)")
     return f'"{identifier}"'
+
+
+def create_if_missing(connection: Any, dialect: Dialect, table: str, definition: str) -> None:
+    """``CREATE TABLE IF NOT EXISTS`` in its own transaction. Two tasks creating the same
+    table at once may race (PostgreSQL then reports a duplicate): the loser finds it exists."""
+    try:
+        dialect.begin(connection)
+        connection.cursor().execute(f"CREATE TABLE IF NOT EXISTS {quote(table)} ({definition})")
+        connection.commit()
+    except Exception as exc:
+        connection.rollback()
+        if not dialect.is_duplicate_table(exc):
+            raise
 
 
 def placeholders(dialect: Dialect, count: int) -> str:

@@ -8,9 +8,11 @@ it came from.
 """
 from __future__ import annotations
 
+import base64
 import glob as globbing
 import os
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 
 import orjson
@@ -27,7 +29,7 @@ class Files(Source):
     """Rows of files matching ``pattern`` (``**`` recurses), as a stream.
 
     ``format``: ``"jsonl"`` (one JSON value per line) or ``"parquet"`` (each row as a
-    dict). ``timestamp``: a field name or a function of the value giving epoch ms (int)
+    dict; decimals become text, binary base64). ``timestamp``: a field name or a function of the value giving epoch ms (int)
     or a datetime/ISO-8601 string; default: the file's modification time.
     ``key``: a field name or a function of the value; default: no key.
     """
@@ -66,6 +68,15 @@ def _field_getter(spec: FieldOrFunction) -> Optional[Callable[[Any], Any]]:
     if callable(spec):
         return spec
     return lambda value: value.get(spec) if isinstance(value, dict) else None
+
+
+def _json_default(value: Any) -> Any:
+    """Parquet values JSON has no type for: decimals as exact text, binary as base64."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
 
 Row = Tuple[str, int, bytes, Any]
@@ -129,7 +140,12 @@ class FilesReader(PartitionReader):
             row = 0
             for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
                 for value in batch.to_pylist():
-                    yield path, row, orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS), value
+                    try:
+                        data = orjson.dumps(value, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+                    except TypeError as exc:
+                        raise StreamkitError(f"{self.source.describe()}: {path} row {row}: the row cannot be "
+                                             f"read as JSON: {exc}") from None
+                    yield path, row, data, value
                     row += 1
             return
         with open(path, "rb") as f:

@@ -127,6 +127,8 @@ class ArchiveReader(PartitionReader):
 
     def read(self, max_records: int) -> List[RawRecord]:
         records: List[RawRecord] = []
+        if max_records <= 0:
+            return records
         while True:
             item = self._next()
             if item is None:
