@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 KV = Tuple[Any, Any]
 
 
-
 class Stream:
     """A record stream (Kafka Streams' KStream). Every method appends to the topology
     and returns a new object; nothing runs until a worker or the test driver runs it.

@@ -7,11 +7,11 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..errors import UserFunctionError
 from ..processor import Punctuation
+from ..sinks.base import SinkTask
 from ..state.task_stores import TaskStores
 from ..stores import KeyValueStore
 from ..topology import Topology
 from ..topology.model import SubTopology
-from ..sinks.base import SinkTask
 from ..topology.nodes import ExternalSinkNode, SourceNode, SuppressNode, WindowAggregationNode
 from ..transport.base import RawRecord, TopicPartition
 from .collector import RecordCollector
@@ -98,6 +98,7 @@ class Task:
                     writer.start()
         except BaseException:
             for writer in writers.values():
+                writer.discard()
                 writer.close()
             self.store_set.close()
             raise

@@ -386,9 +386,9 @@ class Worker:
         1. Record each task's stream time in its windowed stores; flush the record caches:
            forward each key's latest value downstream.
         2. Write one changelog record per key each store changed since the last commit.
-        3. Send all buffered output and changelog records (inside the transaction), and
-           deliver what tasks wrote to external sinks (each sink makes it durable with
-           its own record of the input offsets, see ``streamkit.sinks``).
+        3. Deliver what tasks wrote to external sinks (each sink makes it durable with
+           its own record of the input offsets, see ``streamkit.sinks``), then send all
+           buffered output and changelog records (inside the transaction).
         4. exactly_once: commit the transaction with the tasks' input offsets: outputs,
            changelogs and offsets become visible together (one transaction per worker
            on the embedded log, one per task on Kafka). A crash before this point
@@ -412,11 +412,12 @@ class Worker:
             # by time, and event times far in the past (a backfill) must not expire them at once.
             for topic, partition, records in task.store_set.changelog_batches(int(time.time() * 1000)):
                 task.collector.send_batch(topic, partition, records)
-        # Step 3.
+        # Step 3 (sinks first: a sink that finds its task moved closes it before its
+        # outputs enter a transaction shared with other tasks).
+        await self._commit_sinks()
         crash_point("commit.before_send")
         await self._send_outputs()
         crash_point("commit.after_send")
-        await self._commit_sinks()
         # Step 4.
         if self._per_task_producers:
             for tid, task in list(self.tasks.items()):
