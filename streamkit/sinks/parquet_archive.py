@@ -117,7 +117,8 @@ class ParquetArchive(FileArchiveSink):
     reaches ``roll_records`` or ``roll_interval`` of wall-clock age (checked at each
     commit), and when the task closes cleanly. Committed records not rolled yet wait
     in ``<path>/_staging``. ``schema`` (field -> pyarrow type) stores dict values as
-    columns instead of JSON text.
+    columns instead of JSON text; a None value is then a row of nulls, so a replay
+    of such an archive cannot tell deletions apart.
     """
 
     def __init__(self, path: str, *, roll_records: int = 100_000,

@@ -197,7 +197,8 @@ class FilesReader(PartitionReader):
                 return (self._offset, 0, None, data, headers)
         try:
             key = None if self._key is None else self._key(value)
-            key_bytes = None if key is None else orjson.dumps(key)
+            key_bytes = None if key is None else orjson.dumps(key, default=_json_default,
+                                                              option=orjson.OPT_NON_STR_KEYS)
             if self._timestamp is not None:
                 timestamp = timestamp_millis(self._timestamp(value), "timestamp")
             else:
