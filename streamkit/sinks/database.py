@@ -276,8 +276,8 @@ class DatabaseWriter(SinkWriter):
                 offset = expected  # reprocessing below what was delivered: never move back
             if expected is None:
                 try:
-                    cursor.execute(f"INSERT INTO {table} ({columns_sql(OFFSETS_COLUMNS)}) VALUES ({', '.join([p] * 5)})",
-                                   (*ids, offset))
+                    cursor.execute(f"INSERT INTO {table} ({columns_sql(OFFSETS_COLUMNS)}) "
+                                   f"VALUES ({', '.join([p] * 5)})", (*ids, offset))
                 except Exception as exc:
                     if sink.dialect.is_unique_violation(exc):
                         raise self._fenced(tp) from exc

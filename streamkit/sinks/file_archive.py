@@ -280,8 +280,9 @@ class FileArchiveWriter(SinkWriter):
             staging.next_offset = next_offset
             del self._encoded[tp]
         now = time.monotonic()
+        interval = self.sink.roll_interval_s
         for tp, staging in self._staging.items():
-            if staging.rows and self.sink.roll_interval_s is not None and now - staging.since >= self.sink.roll_interval_s:
+            if staging.rows and interval is not None and now - staging.since >= interval:
                 self._roll(tp, staging, everything=True)
             elif len(staging.rows) >= self.sink.roll_records:
                 self._roll(tp, staging, everything=False)  # full files only; the rest stays staged

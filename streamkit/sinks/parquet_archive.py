@@ -96,8 +96,8 @@ def _value_schema(schema: SchemaLike) -> "pyarrow.Schema":  # noqa: F821
             try:
                 arrow_type = kind if isinstance(kind, pa.DataType) else pa.type_for_alias(str(kind))
             except ValueError:
-                raise ConfigError(f"ParquetArchive schema: field '{name}' has unknown type {kind!r} "
-                                  "(use a pyarrow type or a name such as 'string', 'int64', 'double', 'bool')") from None
+                raise ConfigError(f"ParquetArchive schema: field '{name}' has unknown type {kind!r} (use a "
+                                  "pyarrow type or a name such as 'string', 'int64', 'double', 'bool')") from None
             fields.append(pa.field(name, arrow_type))
         result = pa.schema(fields)
     else:

@@ -124,7 +124,8 @@ def dialect_for(url: str) -> Dialect:
     if scheme == "sqlite":
         path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
         if not path:
-            raise ConfigError(f"Database sink: {url!r}: write sqlite:///relative/path.db or sqlite:////absolute/path.db")
+            raise ConfigError(f"Database sink: {url!r}: write sqlite:///relative/path.db or "
+                              "sqlite:////absolute/path.db")
         return SQLiteDialect(path)
     if scheme in ("postgresql", "postgres"):
         return PostgresDialect(url)

@@ -29,8 +29,9 @@ class Files(Source):
     """Rows of files matching ``pattern`` (``**`` recurses), as a stream.
 
     ``format``: ``"jsonl"`` (one JSON value per line) or ``"parquet"`` (each row as a
-    dict; decimals become text, binary base64). ``timestamp``: a field name or a function of the value giving epoch ms (int)
-    or a datetime/ISO-8601 string; default: the file's modification time.
+    dict; decimals become text, binary base64). ``timestamp``: a field name or a
+    function of the value giving epoch ms (int), a datetime or an ISO-8601 string;
+    default: the file's modification time.
     ``key``: a field name or a function of the value; default: no key.
     """
 
