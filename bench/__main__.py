@@ -1,6 +1,7 @@
 """``python -m bench``: the embedded-broker throughput benchmark;
 ``python -m bench kafka``: the same workloads on a Kafka-protocol broker;
-``python -m bench joins``: stream-table and stream-stream joins on the embedded broker."""
+``python -m bench joins``: stream-table and stream-stream joins on the embedded broker;
+``python -m bench sinks``: Parquet/JSON-lines archives and SQLite upserts on the embedded broker."""
 import sys
 
 from .embedded_throughput import main
@@ -14,5 +15,9 @@ if __name__ == "__main__":
         from .join_throughput import main as joins_main
 
         joins_main(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "sinks":
+        from .sink_throughput import main as sinks_main
+
+        sinks_main(sys.argv[2:])
     else:
         main()
