@@ -266,27 +266,36 @@ SCENARIOS: Dict[str, Scenario] = {
 }
 
 
-def run_worker_process(name: str, directory: str) -> dict:
-    """Run the scenario's worker in a child process (as `streamkit worker` runs) and return
-    its own figures: seconds from start to its last commit, records, peak RSS."""
-    command = [sys.executable, "-m", "bench.embedded_throughput", "--child", name, directory]
+def run_worker_process(name: str, directory: str, module: str = "bench.embedded_throughput") -> dict:
+    """Run ``module``'s child for scenario ``name`` in a process of its own (as `streamkit
+    worker` runs) and return its own figures (see :func:`time_worker`)."""
+    command = [sys.executable, "-m", module, "--child", name, directory]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
-        raise RuntimeError(f"{name}: worker process failed:\n{out.stderr[-2000:]}")
+        raise RuntimeError(f"{name}: worker process failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def child(name: str, directory: str) -> None:
-    """Entry point of the child: time one worker over the pre-produced input."""
+def time_worker(app: sk.App, directory: str, counters: Tuple[str, ...] = ()) -> None:
+    """The child's work: run one worker over the pre-produced input until idle and print,
+    as JSON, its seconds from start to its last commit, records processed, peak RSS and
+    the named ``counters`` of its totals."""
     transport = EmbeddedTransport(directory)
-    worker = Worker(SCENARIOS[name].make_app(), transport, until_idle=IDLE_EXIT)
+    worker = Worker(app, transport, until_idle=IDLE_EXIT)
     tune_gc_for_streaming()  # as `streamkit worker` does
     started = time.perf_counter()
     asyncio.run(worker.run())
     elapsed = time.perf_counter() - started - IDLE_EXIT
     transport.close()
-    print(json.dumps({"seconds": elapsed, "records": worker.totals.records_processed, "peak_rss_mib": peak_rss_mib()}))
+    figures = {"seconds": elapsed, "records": worker.totals.records_processed, "peak_rss_mib": peak_rss_mib()}
+    figures.update((name, getattr(worker.totals, name)) for name in counters)
+    print(json.dumps(figures))
+
+
+def child(name: str, directory: str) -> None:
+    """Entry point of the child: time one worker over the pre-produced input."""
+    time_worker(SCENARIOS[name].make_app(), directory)
 
 
 def peak_rss_mib() -> float:

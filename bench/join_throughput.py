@@ -51,16 +51,13 @@ Usage: python -m bench joins [--events 1000000] [--reps 1] [--only SCENARIO[,SCE
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -68,8 +65,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import orjson
 
 import streamkit as sk
-from bench.embedded_throughput import IDLE_EXIT, PARTITIONS, ROOT, peak_rss_mib, read_topic
-from streamkit.runtime.worker import Worker, tune_gc_for_streaming
+from bench.embedded_throughput import PARTITIONS, ROOT, read_topic, run_worker_process, time_worker
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
 from streamkit.transport.partitioner import partition_for_key
@@ -349,28 +345,8 @@ def produce_to(transport: EmbeddedTransport, topic: str, records: List[Record]) 
     transport.broker.sync()
 
 
-def run_worker_process(name: str, directory: str) -> dict:
-    """The scenario's worker in a child process (as `streamkit worker` runs it): its
-    seconds from start to last commit, records processed, late drops, peak RSS."""
-    command = [sys.executable, "-m", "bench.join_throughput", "--child", name, directory]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{name}: worker process failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def child(name: str, directory: str) -> None:
-    transport = EmbeddedTransport(directory)
-    worker = Worker(SCENARIOS[name].make_app(), transport, until_idle=IDLE_EXIT)
-    tune_gc_for_streaming()
-    started = time.perf_counter()
-    asyncio.run(worker.run())
-    elapsed = time.perf_counter() - started - IDLE_EXIT
-    transport.close()
-    print(json.dumps({"seconds": elapsed, "records": worker.totals.records_processed,
-                      "late_records_dropped": worker.totals.late_records_dropped,
-                      "peak_rss_mib": peak_rss_mib()}))
+    time_worker(SCENARIOS[name].make_app(), directory, counters=("late_records_dropped",))
 
 
 def run_once(name: str, n_events: int, preload_table: bool = False) -> dict:
@@ -389,7 +365,7 @@ def run_once(name: str, n_events: int, preload_table: bool = False) -> dict:
             for topic, records in topics.items():
                 produce_to(transport, topic, records)
                 totals[topic] = len(records)
-            figures = run_worker_process(name, directory)
+            figures = run_worker_process(name, directory, "bench.join_throughput")
             assert figures["records"] == produced, f"{name}: processed {figures['records']} of {produced}"
             figures["input_records"] = produced
             phases.append(figures)

@@ -54,14 +54,12 @@ Usage: python -m bench sinks [--events 1000000] [--reps 1] [--only SCENARIO[,SCE
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,8 +69,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import orjson
 
 import streamkit as sk
-from bench.embedded_throughput import IDLE_EXIT, PARTITIONS, ROOT, make_events, peak_rss_mib, produce, read_topic
-from streamkit.runtime.worker import Worker, tune_gc_for_streaming
+from bench.embedded_throughput import (PARTITIONS, ROOT, make_events, produce, read_topic,
+                                      run_worker_process, time_worker)
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
 from streamkit.transport.partitioner import partition_for_key
@@ -331,27 +329,8 @@ SCENARIOS: Dict[str, Scenario] = {
 }
 
 
-def run_worker_process(name: str, directory: str) -> dict:
-    """The scenario's worker in a child process: its seconds from start to stop (less the
-    idle wait), records processed, peak RSS."""
-    command = [sys.executable, "-m", "bench.sink_throughput", "--child", name, directory]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{name}: worker process failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def child(name: str, directory: str) -> None:
-    transport = EmbeddedTransport(directory)
-    worker = Worker(SCENARIOS[name].make_app(directory), transport, until_idle=IDLE_EXIT)
-    tune_gc_for_streaming()
-    started = time.perf_counter()
-    asyncio.run(worker.run())
-    elapsed = time.perf_counter() - started - IDLE_EXIT
-    transport.close()
-    print(json.dumps({"seconds": elapsed, "records": worker.totals.records_processed,
-                      "peak_rss_mib": peak_rss_mib()}))
+    time_worker(SCENARIOS[name].make_app(directory), directory)
 
 
 def run_once(name: str, events: List[Record], expected: Expected) -> dict:
@@ -364,7 +343,7 @@ def run_once(name: str, events: List[Record], expected: Expected) -> dict:
         transport = EmbeddedTransport(directory)
         produce(transport, events)
         transport.close()
-        figures = run_worker_process(name, directory)
+        figures = run_worker_process(name, directory, "bench.sink_throughput")
         assert figures["records"] == n, f"{name}: processed {figures['records']} of {n}"
         transport = EmbeddedTransport(directory)
         committed = transport.admin.committed_offsets(scenario.make_app(directory).id)

@@ -86,14 +86,15 @@ class ExternalSourceConsumer(Consumer):
         reader = self._readers.get(partition)
         return self.inner.position(partition) if reader is None else reader.position
 
-    def close(self) -> None:
+    def _close_readers(self) -> None:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
+
+    def close(self) -> None:
+        self._close_readers()
         self.inner.close()
 
     async def aclose(self) -> None:
-        for reader in self._readers.values():
-            reader.close()
-        self._readers.clear()
+        self._close_readers()
         await self.inner.aclose()

@@ -89,6 +89,11 @@ def fsync_directory(path: str) -> None:
         os.close(fd)
 
 
+def _staging_lines(rows: Sequence[ArchivedRow]) -> List[bytes]:
+    """One ``[offset, timestamp, key, value]`` JSON line per row (key and value are JSON already)."""
+    return [b"[%d,%d,%s,%s]\n" % (offset, ts, key or b"null", value or b"null") for offset, ts, key, value in rows]
+
+
 class ArchiveFormat(abc.ABC):
     """How rolled files are encoded."""
 
@@ -288,8 +293,7 @@ class FileArchiveWriter(SinkWriter):
                 self._roll(tp, staging, everything=False)  # full files only; the rest stays staged
 
     def _append(self, staging: _Staging, rows: Sequence[ArchivedRow], next_offset: int) -> None:
-        lines = [b"[%d,%d,%s,%s]\n" % (offset, ts, key or b"null", value or b"null")
-                 for offset, ts, key, value in rows]
+        lines = _staging_lines(rows)
         lines.append(b'{"next":%d}\n' % next_offset)
         if not staging.rows:
             staging.since = time.monotonic()
@@ -341,8 +345,7 @@ class FileArchiveWriter(SinkWriter):
 
     def _rewrite_staging(self, staging: _Staging, rolling: Sequence[str] = ()) -> None:
         """Replace the staging file by its kept rows and marker, atomically."""
-        lines = [b"[%d,%d,%s,%s]\n" % (offset, ts, key or b"null", value or b"null")
-                 for offset, ts, key, value in staging.rows]
+        lines = _staging_lines(staging.rows)
         lines.append(orjson.dumps({"next": staging.next_offset, "rolling": list(rolling)}) + b"\n"
                      if rolling else b'{"next":%d}\n' % staging.next_offset)
         temporary = staging.path + ".tmp"

@@ -9,7 +9,7 @@ count. Keys and values reach the topology as JSON (``sk.serdes.Json``).
 from __future__ import annotations
 
 import abc
-from typing import List
+from typing import Any, Iterator, List, Optional
 
 from ..transport.base import RawRecord
 
@@ -37,6 +37,47 @@ class PartitionReader(abc.ABC):
 
     def close(self) -> None:
         """Release open files."""
+
+
+class FileSequenceReader(PartitionReader):
+    """A reader over the items of a list of files, in order, with one item of look-ahead
+    (``has_more`` peeks; ``put_back`` returns an item taken too far)."""
+
+    def __init__(self, file_count: int) -> None:
+        self._file_count = file_count
+        self._file_index = 0
+        self._items: Optional[Iterator[Any]] = None
+        self._pending: Optional[Any] = None
+
+    @abc.abstractmethod
+    def _open_file(self, index: int) -> Iterator[Any]:
+        """The items of file ``index``."""
+
+    def _restart_at(self, file_index: int) -> None:
+        """Continue with the first item of file ``file_index``."""
+        self._file_index, self._items, self._pending = file_index, None, None
+
+    def _next(self) -> Optional[Any]:
+        if self._pending is not None:
+            item, self._pending = self._pending, None
+            return item
+        while self._file_index < self._file_count:
+            if self._items is None:
+                self._items = self._open_file(self._file_index)
+            item = next(self._items, None)
+            if item is not None:
+                return item
+            self._items = None
+            self._file_index += 1
+        return None
+
+    def _put_back(self, item: Any) -> None:
+        self._pending = item
+
+    def has_more(self) -> bool:
+        if self._pending is None:
+            self._pending = self._next()
+        return self._pending is not None
 
 
 class Source(abc.ABC):

@@ -19,7 +19,7 @@ import orjson
 
 from ..errors import ConfigError, StreamkitError
 from ..transport.base import RawRecord
-from .base import PartitionReader, Source
+from .base import FileSequenceReader, PartitionReader, Source
 
 FieldOrFunction = Union[str, Callable[[Any], Any], None]
 FORMATS = ("jsonl", "parquet")
@@ -99,7 +99,7 @@ def timestamp_millis(value: Any, where: str) -> int:
     raise ValueError(f"{where}: timestamp {value!r} is not epoch ms, a datetime or an ISO-8601 string")
 
 
-class FilesReader(PartitionReader):
+class FilesReader(FileSequenceReader):
     """Walks the files in order; counts rows of skipped files to seek."""
 
     def __init__(self, source: Files) -> None:
@@ -107,25 +107,25 @@ class FilesReader(PartitionReader):
         self._timestamp = _field_getter(source.timestamp)
         self._key = _field_getter(source.key)
         self._paths = source.paths()
+        super().__init__(len(self._paths))
         self._mtimes: dict = {}
-        self._file_index = 0
         self._offset = 0  # offset of the next row
-        self._rows: Optional[Iterator[Row]] = None
-        self._pending: Optional[Row] = None
 
     @property
     def position(self) -> int:
         return self._offset
 
     def seek(self, offset: int) -> None:
-        self._file_index, self._offset, self._rows, self._pending = 0, 0, None, None
-        while self._file_index < len(self._paths):
-            count = self._row_count(self._paths[self._file_index])
+        self._offset = 0
+        index = 0
+        while index < len(self._paths):
+            count = self._row_count(self._paths[index])
             if self._offset + count > offset:
                 break
             self._offset += count
-            self._file_index += 1
-        while self._offset < offset and self._next_row() is not None:
+            index += 1
+        self._restart_at(index)
+        while self._offset < offset and self._next() is not None:
             self._offset += 1
 
     def _row_count(self, path: str) -> int:
@@ -135,7 +135,8 @@ class FilesReader(PartitionReader):
         with open(path, "rb") as f:
             return sum(1 for line in f if line.strip())
 
-    def _open_rows(self, path: str) -> Iterator[Row]:
+    def _open_file(self, index: int) -> Iterator[Row]:
+        path = self._paths[index]
         if self.source.format == "parquet":
             import pyarrow.parquet as pq
             row = 0
@@ -158,29 +159,10 @@ class FilesReader(PartitionReader):
                 yield path, row, line, None
                 row += 1
 
-    def _next_row(self) -> Optional[Row]:
-        if self._pending is not None:
-            item, self._pending = self._pending, None
-            return item
-        while self._file_index < len(self._paths):
-            if self._rows is None:
-                self._rows = self._open_rows(self._paths[self._file_index])
-            item = next(self._rows, None)
-            if item is not None:
-                return item
-            self._rows = None
-            self._file_index += 1
-        return None
-
-    def has_more(self) -> bool:
-        if self._pending is None:
-            self._pending = self._next_row()
-        return self._pending is not None
-
     def read(self, max_records: int) -> List[RawRecord]:
         records: List[RawRecord] = []
         while len(records) < max_records:
-            item = self._next_row()
+            item = self._next()
             if item is None:
                 break
             records.append(self._record(*item))

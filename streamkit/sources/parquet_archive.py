@@ -14,7 +14,7 @@ from ..serdes import compact_json
 from ..sinks.file_archive import ArchiveFile, list_archive
 from ..sinks.parquet_archive import META_COLUMNS
 from ..transport.base import RawRecord
-from .base import PartitionReader, Source
+from .base import FileSequenceReader, PartitionReader, Source
 
 ArchivedRecord = Tuple[int, int, Optional[bytes], Optional[bytes]]
 
@@ -80,14 +80,12 @@ def read_archive_file(path: str) -> Iterator[ArchivedRecord]:
             yield offset, timestamps[i], None if key is None else key.encode(), values[i]
 
 
-class ArchiveReader(PartitionReader):
+class ArchiveReader(FileSequenceReader):
     """One archived partition: its files in offset order."""
 
     def __init__(self, files: List[ArchiveFile]) -> None:
-        self._files = sorted(files, key=lambda f: f.first)
-        self._file_index = 0
-        self._rows: Optional[Iterator[ArchivedRecord]] = None
-        self._pending: Optional[ArchivedRecord] = None
+        self._files = sorted(files, key=lambda f: (f.first, f.sequence))
+        super().__init__(len(self._files))
         self._position = self._files[0].first if self._files else 0
 
     @property
@@ -95,35 +93,19 @@ class ArchiveReader(PartitionReader):
         return self._position
 
     def seek(self, offset: int) -> None:
-        self._rows, self._pending = None, None
-        self._file_index = 0
-        while self._file_index < len(self._files) and self._files[self._file_index].last < offset:
-            self._file_index += 1
+        index = 0
+        while index < len(self._files) and self._files[index].last < offset:
+            index += 1
+        self._restart_at(index)
         self._position = offset
         while True:
             item = self._next()
             if item is None or item[0] >= offset:
-                self._pending = item
+                self._put_back(item)
                 return
 
-    def _next(self) -> Optional[ArchivedRecord]:
-        if self._pending is not None:
-            item, self._pending = self._pending, None
-            return item
-        while self._file_index < len(self._files):
-            if self._rows is None:
-                self._rows = read_archive_file(self._files[self._file_index].path)
-            item = next(self._rows, None)
-            if item is not None:
-                return item
-            self._rows = None
-            self._file_index += 1
-        return None
-
-    def has_more(self) -> bool:
-        if self._pending is None:
-            self._pending = self._next()
-        return self._pending is not None
+    def _open_file(self, index: int) -> Iterator[ArchivedRecord]:
+        return read_archive_file(self._files[index].path)
 
     def read(self, max_records: int) -> List[RawRecord]:
         records: List[RawRecord] = []
@@ -134,7 +116,7 @@ class ArchiveReader(PartitionReader):
             if item is None:
                 break
             if len(records) >= max_records and item[0] != records[-1][0]:
-                self._pending = item  # the records of one offset stay in one batch
+                self._put_back(item)  # the records of one offset stay in one batch
                 break
             offset, timestamp, key, value = item
             records.append((offset, timestamp, key, value, None))
