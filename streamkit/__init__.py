@@ -4,7 +4,7 @@
 >>> app = sk.App("hello")
 >>> views = app.topic("views", value_serde=sk.serdes.Json(), partitions=3)
 """
-from . import serdes, sinks, sources, stores
+from . import serdes, sinks, sources, spark, stores
 from .app import App
 from .dsl import BranchedStream, GroupedStream, GroupedTable, Stream, StreamsBuilder, Table
 from .errors import (ConfigError, RecordError, SerializationError, SinkError, StreamkitError, TopologyError,
@@ -18,7 +18,7 @@ from .windowing.suppressed import Suppressed
 
 __all__ = [
     "App", "StreamsBuilder", "Stream", "BranchedStream", "GroupedStream", "GroupedTable", "Table",
-    "ProcessorContext", "Punctuation", "TopicSpec", "serdes", "sinks", "sources", "stores",
+    "ProcessorContext", "Punctuation", "TopicSpec", "serdes", "sinks", "sources", "spark", "stores",
     "TumblingWindows", "HoppingWindows", "SlidingWindows", "SessionWindows", "Windowed", "WindowedSerde",
     "Suppressed", "JoinWindows", "GlobalTable",
     "StreamkitError", "ConfigError", "TopologyError", "SerializationError", "RecordError", "UserFunctionError",

@@ -13,6 +13,7 @@ from .consume import consume
 from .demo import demo
 from .groups import groups
 from .produce import produce
+from .replay import replay
 from .topics import topics
 from .worker import describe, worker
 
@@ -48,7 +49,7 @@ def cli(log_level: str, config_file: Optional[str]) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for command in (worker, describe, topics, produce, consume, groups, demo):
+for command in (worker, describe, topics, produce, consume, groups, demo, replay):
     cli.add_command(command)
 
 
