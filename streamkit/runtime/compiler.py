@@ -63,15 +63,24 @@ def fan_out(targets: List[Downstream]) -> Downstream:
 
 def compile_sub_topology(topology: Topology, sub: SubTopology, task: TaskContext) -> Dict[str, Downstream]:
     """Compile every node of ``sub``; return the entry callable of each source node by name."""
+    compiled, _downstreams = compile_nodes(topology, sub, task)
+    return {name: compiled[name] for name in sub.node_names
+            if isinstance(topology.nodes[name], ir.SourceNode)}
+
+
+def compile_nodes(topology: Topology, sub: SubTopology, task: TaskContext
+                  ) -> Tuple[Dict[str, Any], Dict[str, Downstream]]:
+    """Compile every node of ``sub``: each node's callable, and what each node calls (its
+    children, fanned out) by node name."""
     compiled: Dict[str, Any] = {}
+    downstreams: Dict[str, Downstream] = {}
     for name in reversed(sub.node_names):
         node = topology.nodes[name]
         children = {child: _entry(compiled[child], topology.nodes[child].parents, name)
                     for child in topology.children[name]}
-        downstream = fan_out(list(children.values()))
+        downstream = downstreams[name] = fan_out(list(children.values()))
         compiled[name] = COMPILERS[type(node)](node, downstream, CompileEnv(task, children, topology))
-    return {name: compiled[name] for name in sub.node_names
-            if isinstance(topology.nodes[name], ir.SourceNode)}
+    return compiled, downstreams
 
 
 def _entry(compiled: Any, parents: Tuple[str, ...], parent: str) -> Downstream:

@@ -195,9 +195,10 @@ def sink_rows(task: Task, outputs: _Outputs) -> Iterator[Emitted]:
 
 def store_rows(task: Task) -> Iterator[StoreRow]:
     """Each store's final contents as JSON text (a windowed key as its key, start and end)."""
-    for name, store in task.stores.items():
-        if name.startswith("KSTREAM-") or not hasattr(store, "all"):
-            continue
+    for open_store in task.store_set.open_stores:
+        name, store = open_store.spec.name, open_store.store
+        if open_store.spec.kind == "suppression" or not hasattr(store, "all"):
+            continue  # a suppression buffer is the operator's internal queue, not state to inspect
         for key, value in store.all():
             yield ("store", name, task.partition, _json_text(key), _json_text(value))
 
