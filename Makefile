@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench install clean setup-spark
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,11 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/streamkit demo
 
+setup-spark: $(VENV)/.installed-test
+	scripts/ensure-java
+
 test: $(VENV)/.installed-test
+	scripts/ensure-java --optional
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.installed

@@ -209,13 +209,34 @@ class _Stages:
             if not feeds:
                 continue
             items = feeds[0] if len(feeds) == 1 else self.sc.union(feeds)
-            out = self._run(component, items)
+            in_order = self._offset_ordered(component, len(feeds))
+            if in_order is not None:
+                # One replayed topic: each Spark partition already is one task's input, in
+                # offset order, so no shuffle is needed.
+                sub_id = in_order
+                job = self.job
+                out = items.mapPartitionsWithIndex(
+                    lambda partition, it: run_task_partition(job, sub_id, partition, it))
+            else:
+                out = self._run(component, items)
             out = out.persist(_storage_level())
             emitted.append(out)
             for sub_id in component:
                 for topic in topology.sub_topologies[sub_id].sink_topics:
                     by_topic.setdefault(topic, []).append(out)
         return emitted
+
+    def _offset_ordered(self, component: Sequence[int], feeds: int) -> Optional[int]:
+        """The sub-topology id if ``component`` is one sub-topology reading exactly one
+        replayed topic (not through Kafka), else None."""
+        if len(component) != 1 or feeds != 1:
+            return None
+        sub = self.job.topology.sub_topologies[component[0]]
+        if len(sub.source_topics) != 1 or sub.source_topics[0] not in self.sources:
+            return None
+        if isinstance(self.sources[sub.source_topics[0]], KafkaTopic):
+            return None
+        return sub.id
 
     def _external_feed(self, topic: str, index: int) -> Any:
         def keyed(row: Tuple[Any, ...], topic: str = topic, index: int = index) -> Any:
