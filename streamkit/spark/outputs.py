@@ -18,6 +18,7 @@ still go to Parquet, under ``DIR/replay``.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..serdes import Bytes, Serde
@@ -63,25 +64,29 @@ def write_outputs(spark: Any, job: ReplayJob, emitted: List[Any], output: str) -
     if not emitted:
         return []
     everything = emitted[0] if len(emitted) == 1 else spark.sparkContext.union(emitted)
+    # The one action that runs every stage (their results are persisted for the writes below).
     counts: Dict[Tuple[str, str], int] = dict(everything.map(lambda row: (row[0], row[1])).countByValue())
     summaries = []
     for topic in output_topics(job, [name for kind, name in counts if kind == "topic"]):
+        started = time.monotonic()
         rows = everything.filter(lambda row, t=topic: row[0] == "topic" and row[1] == t)
         if embedded_dir is not None:
             path = write_embedded_topic(job, rows, embedded_dir, topic)
         else:
             path = os.path.join(parquet_root, "topics", topic)
             write_topic_parquet(spark, job, rows, topic, path)
-        summaries.append(OutputSummary("topic", topic, counts[("topic", topic)], path))
+        summaries.append(OutputSummary("topic", topic, counts[("topic", topic)], path,
+                                       time.monotonic() - started))
     for kind, folder in (("sink", "sinks"), ("store", "stores")):
         for name in sorted(name for k, name in counts if k == kind):
+            started = time.monotonic()
             rows = everything.filter(lambda row, k=kind, n=name: row[0] == k and row[1] == n)
             path = os.path.join(parquet_root, folder, name)
             if kind == "sink":
                 _write_sink(spark, rows, path)
             else:
                 _write_store(spark, rows, path)
-            summaries.append(OutputSummary(kind, name, counts[(kind, name)], path))
+            summaries.append(OutputSummary(kind, name, counts[(kind, name)], path, time.monotonic() - started))
     return summaries
 
 

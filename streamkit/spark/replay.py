@@ -42,6 +42,8 @@ class OutputSummary:
     name: str
     records: int
     path: str
+    seconds: float = 0.0
+    """Time to write it (the replay's stages run before the first output is written)."""
 
 
 @dataclass
@@ -58,7 +60,7 @@ class ReplayResult:
         return os.path.join(self.output, "topics", topic)
 
     def summary(self) -> str:
-        lines = [f"{o.kind} {o.name}: {o.records} record(s) -> {o.path}" for o in self.outputs]
+        lines = [f"{o.kind} {o.name}: {o.records} record(s) in {o.seconds:.1f} s -> {o.path}" for o in self.outputs]
         lines.append(f"replayed {self.input_records} input record(s) in {self.seconds:.1f} s")
         return "\n".join(lines)
 
