@@ -23,20 +23,25 @@ through :mod:`.task_runner`. Records written by a bulk plan carry no headers.
 """
 from __future__ import annotations
 
+import pickle
 from typing import Any, Iterator, List, Optional, Tuple
 
 from ..runtime.collector import RecordCollector
+from ..runtime.late_records import LATE_HEADERS
 from ..runtime.compiler import compile_nodes
 from ..serdes import Bytes, Float, Int, Json, String
 from ..topology import Topology
 from ..topology import nodes as ir
 from ..topology.model import SubTopology
 from ..windowing import HoppingWindows, TumblingWindows, Windowed
-from .task_runner import ReplayJob, _json_text, _Outputs, build_task
+from .task_runner import ReplayJob, _json_text, _Outputs, build_task, sink_rows
 
 _STATELESS = (ir.ToStreamNode, ir.MapValuesNode, ir.MapNode, ir.FilterNode, ir.PeekNode, ir.SinkNode,
-              ir.SelectKeyNode, ir.FlatMapNode, ir.FlatMapValuesNode, ir.SplitNode, ir.BranchNode)
+              ir.SelectKeyNode, ir.FlatMapNode, ir.FlatMapValuesNode, ir.SplitNode, ir.BranchNode,
+              ir.ExternalSinkNode)
 _NULL_AWARE_SERDES = (Json, String, Bytes, Int, Float)
+LATE = "late"
+"""Tags a record dropped as late among what leaves the aggregation."""
 """Value serdes for which "the value is None" can be told from the bytes alone."""
 
 
@@ -52,7 +57,6 @@ def bulk_plan(topology: Topology, sub: SubTopology) -> Optional["WindowedCountPl
     if (source.timestamp_extractor is not None or not source.internal
             or topology.children[source.name] != (aggregate.name,)
             or not isinstance(windows, (TumblingWindows, HoppingWindows)) or aggregate.operation != "count"
-            or aggregate.late_records_topic is not None
             or type(source.key_serde) is not type(aggregate.key_serde)
             or not isinstance(source.value_serde, _NULL_AWARE_SERDES)):
         return None
@@ -89,7 +93,7 @@ class WindowedCountPlan:
     def run(self, spark: Any, job: ReplayJob, sub: SubTopology, tasks: int, items: Any) -> Any:
         from pyspark.sql import functions as F
 
-        updates, stream_times = self._updates(spark, items)
+        frame, updates, stream_times = self._updates(spark, items)
         if self.suppress is None:
             leaving = updates.select("task", F.col("pos").alias("at"), "w", "key", "start", "end", "count", "rt",
                                      F.lit(0).cast("long").alias("due"))
@@ -97,15 +101,19 @@ class WindowedCountPlan:
             leaving = self._finals(updates, stream_times)
         plan = self
         rows = leaving.rdd.map(lambda r: ((r.task, r.at, r.due, r.w), (r.key, r.start, r.end, r["count"], r.rt)))
+        if self.aggregate.late_records_topic is not None:
+            late = self._late(frame)
+            rows = rows.union(late.rdd.map(
+                lambda r: ((r.task, r.pos, -1, 0), (LATE, r.key, r.value, r.ts, r.headers, r.st))))
         emitted = (rows.repartitionAndSortWithinPartitions(tasks, lambda key: key[0])
                    .mapPartitionsWithIndex(lambda task, it: plan._forward(job, task, it)))
         if not job.dump_stores:
             return emitted
         return emitted.union(self._store_rows(updates, stream_times))
 
-    def _updates(self, spark: Any, items: Any) -> Tuple[Any, Any]:
-        """Every accepted (record, window) update with its running count, and each task's
-        final stream time."""
+    def _updates(self, spark: Any, items: Any) -> Tuple[Any, Any, Any]:
+        """The task's input with each record's position and stream time, every accepted
+        (record, window) update with its running count, and each task's stream times."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
         from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
@@ -113,9 +121,11 @@ class WindowedCountPlan:
         schema = StructType([StructField("task", IntegerType(), False), StructField("pmax", LongType(), False),
                              StructField("idx", IntegerType(), False), StructField("sender", LongType(), False),
                              StructField("seq", LongType(), False), StructField("ts", LongType(), False),
-                             StructField("key", BinaryType(), True), StructField("value", BinaryType(), True)])
+                             StructField("key", BinaryType(), True), StructField("value", BinaryType(), True),
+                             StructField("headers", BinaryType(), True)])
         frame = spark.createDataFrame(
-            items.map(lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3], kv[0][4], kv[1][2], kv[1][3], kv[1][4])),
+            items.map(lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3], kv[0][4], kv[1][2], kv[1][3], kv[1][4],
+                                  None if not kv[1][5] else pickle.dumps(tuple(kv[1][5])))),
             schema)
         order = Window.partitionBy("task").orderBy("pmax", "idx", "sender", "seq")
         frame = (frame.withColumn("pos", F.row_number().over(order))
@@ -123,9 +133,7 @@ class WindowedCountPlan:
         stream_times = frame.select("task", "pos", "st")
         windows = self.aggregate.windows
         size, advance, grace = windows.size_ms, windows.advance_ms, windows.grace_ms
-        kept = frame.where(F.col("key").isNotNull() & F.col("value").isNotNull())
-        if isinstance(self.source.value_serde, Json):
-            kept = kept.where(F.col("value") != F.lit(b"null"))
+        kept = self._aggregated(frame)
         first = F.greatest(F.lit(0).cast("long"), F.col("ts") - size + advance)
         kept = (kept.withColumn("first", first - F.pmod(first, F.lit(advance)))
                 .select("task", "pos", "st", "ts", "key",
@@ -136,7 +144,26 @@ class WindowedCountPlan:
         per_window = Window.partitionBy("task", "key", "start").orderBy("pos")
         updates = (kept.withColumn("count", F.row_number().over(per_window).cast("long"))
                    .withColumn("rt", F.max("ts").over(per_window.rowsBetween(Window.unboundedPreceding, 0))))
-        return updates, stream_times
+        return frame, updates, stream_times
+
+    def _aggregated(self, frame: Any) -> Any:
+        """The records the aggregation takes: a key and a value (others are skipped)."""
+        from pyspark.sql import functions as F
+
+        kept = frame.where(F.col("key").isNotNull() & F.col("value").isNotNull())
+        if isinstance(self.source.value_serde, Json):
+            kept = kept.where(F.col("value") != F.lit(b"null"))
+        return kept
+
+    def _late(self, frame: Any) -> Any:
+        """The records with no open window left: a record's last window (the one starting
+        at ``ts - ts % advance``) ends at or before ``stream time - grace``."""
+        from pyspark.sql import functions as F
+
+        windows = self.aggregate.windows
+        size, advance, grace = windows.size_ms, windows.advance_ms, windows.grace_ms
+        last_end = F.col("ts") - F.pmod(F.col("ts"), F.lit(advance)) + size
+        return self._aggregated(frame).where(last_end <= F.col("st") - grace)
 
     def _finals(self, updates: Any, stream_times: Any) -> Any:
         """Each window's final count with the position of the record at which it is due."""
@@ -183,13 +210,25 @@ class WindowedCountPlan:
             group.clear()
             return iter(outputs.take(collector))
 
-        for (_task, at, due, _w), (key, start, end, count, rt) in rows:
+        late_topic = self.aggregate.late_records_topic
+        source_topic, node_name = self.source.topic, self.aggregate.name
+        for (_task, at, due, _w), item in rows:
             if (at, due) != group_at:
                 yield from flush()
                 group_at = (at, due)
+            if item[0] == LATE:
+                # Dropped as late: written as it came, with the headers the live runtime adds.
+                _tag, key, value, ts, headers, st = item
+                extra = tuple(zip(LATE_HEADERS, (node_name.encode(), source_topic.encode(), str(task_index).encode(),
+                                                 str(at - 1).encode(), str(ts).encode(), str(st).encode())))
+                collector.send(late_topic, task_index % job.partitions[late_topic], key, value, ts,
+                               (pickle.loads(headers) if headers else ()) + extra)
+                continue
+            key, start, end, count, rt = item
             windowed = Windowed(key_serde.deserialize(key), start, end)
             group.append((windowed, change(count, count - 1 if count > 1 else None), rt))
         yield from flush()
+        yield from sink_rows(task, outputs)
 
     def _store_rows(self, updates: Any, stream_times: Any) -> Any:
         """The window store's final contents: the windows not yet expired at the task's
