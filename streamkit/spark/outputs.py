@@ -51,16 +51,19 @@ def output_topics(job: ReplayJob, names: List[str]) -> List[str]:
     return sorted(t for t in names if t not in topics or not topics[t].internal)
 
 
+def parquet_root(output: str) -> str:
+    """Where Parquet results go: ``output``, or ``DIR/replay`` for ``embedded:DIR``."""
+    if output.startswith(EMBEDDED_PREFIX):
+        return os.path.join(output[len(EMBEDDED_PREFIX):], "replay")
+    return output
+
+
 def write_outputs(spark: Any, job: ReplayJob, emitted: List[Any], output: str) -> List[Any]:
     from .replay import OutputSummary
 
-    embedded_dir: Optional[str] = None
-    if output.startswith(EMBEDDED_PREFIX):
-        embedded_dir = output[len(EMBEDDED_PREFIX):]
-        parquet_root = os.path.join(embedded_dir, "replay")
-    else:
-        parquet_root = output
-    os.makedirs(parquet_root, exist_ok=True)
+    embedded_dir = output[len(EMBEDDED_PREFIX):] if output.startswith(EMBEDDED_PREFIX) else None
+    root = parquet_root(output)
+    os.makedirs(root, exist_ok=True)
     if not emitted:
         return []
     everything = emitted[0] if len(emitted) == 1 else spark.sparkContext.union(emitted)
@@ -73,7 +76,7 @@ def write_outputs(spark: Any, job: ReplayJob, emitted: List[Any], output: str) -
         if embedded_dir is not None:
             path = write_embedded_topic(job, rows, embedded_dir, topic)
         else:
-            path = os.path.join(parquet_root, "topics", topic)
+            path = os.path.join(root, "topics", topic)
             write_topic_parquet(spark, job, rows, topic, path)
         summaries.append(OutputSummary("topic", topic, counts[("topic", topic)], path,
                                        time.monotonic() - started))
@@ -81,7 +84,7 @@ def write_outputs(spark: Any, job: ReplayJob, emitted: List[Any], output: str) -
         for name in sorted(name for k, name in counts if k == kind):
             started = time.monotonic()
             rows = everything.filter(lambda row, k=kind, n=name: row[0] == k and row[1] == n)
-            path = os.path.join(parquet_root, folder, name)
+            path = os.path.join(root, folder, name)
             if kind == "sink":
                 _write_sink(spark, rows, path)
             else:

@@ -75,7 +75,7 @@ def replay(app: Any, *, inputs: Optional[Mapping[str, Any]] = None, output: str,
     an input come from the app's own embedded broker. ``spark``: a SparkSession
     (default: a new local one, or on ``master``). ``bulk=False`` runs every stage
     through the task runner (the bulk plans' reference)."""
-    from .outputs import write_outputs
+    from .outputs import parquet_root, write_outputs
     from .session import get_session
 
     started = time.monotonic()
@@ -103,7 +103,7 @@ def replay(app: Any, *, inputs: Optional[Mapping[str, Any]] = None, output: str,
     result.seconds = time.monotonic() - started
     for emitted_rdd in emitted:
         emitted_rdd.unpersist()
-    with open(os.path.join(output, "_replay.json"), "w") as f:
+    with open(os.path.join(parquet_root(output), "_replay.json"), "w") as f:
         json.dump({"app": app.id, "input_records": result.input_records, "seconds": round(result.seconds, 3),
                    "approximations": notes,
                    "outputs": [o.__dict__ for o in result.outputs]}, f, indent=2)

@@ -80,7 +80,7 @@ def driver_outputs(app: Any, records: Sequence[Tuple[str, Any, Any, int]]) -> Ou
             if topic in {t for s in topology.sub_topologies for t in s.source_topics} and topic not in \
                     {t for s in topology.sub_topologies for t in s.sink_topics}:
                 continue  # an input
-            if spec is not None and spec.internal:
+            if (spec is not None and spec.internal) or topic in topology.global_tables.values():
                 continue
             got = [(r.key, r.value, r.timestamp) for r in driver.output_topic(topic).read_records()]
             if got:
