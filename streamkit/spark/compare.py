@@ -43,6 +43,8 @@ class CompareReport:
     def render(self) -> str:
         head = (f"compare {self.topic} ({self.mode}): {self.live_keys} key(s) live, {self.replay_keys} replayed, "
                 f"{self.differing} differ")
+        if self.live_keys == 0 and self.replay_keys == 0:
+            head += " (both sides are empty: nothing was compared)"
         lines = [head]
         for key, live, replayed in self.examples:
             lines.append(f"  key {key}: live={live} replay={replayed}")

@@ -53,6 +53,7 @@ class ReplayResult:
     output: str
     outputs: List[OutputSummary] = field(default_factory=list)
     input_records: int = 0
+    """Records read from the replayed topics, global tables' topics not counted."""
     seconds: float = 0.0
     approximations: List[str] = field(default_factory=list)
 
@@ -61,7 +62,8 @@ class ReplayResult:
 
     def summary(self) -> str:
         lines = [f"{o.kind} {o.name}: {o.records} record(s) in {o.seconds:.1f} s -> {o.path}" for o in self.outputs]
-        lines.append(f"replayed {self.input_records} input record(s) in {self.seconds:.1f} s")
+        lines.append(f"replayed {self.input_records} input record(s) in {self.seconds:.1f} s"
+                     " (global tables' records, which every task reads whole, not counted)")
         return "\n".join(lines)
 
 
