@@ -58,6 +58,7 @@ class ReplayResult:
     approximations: List[str] = field(default_factory=list)
 
     def output_path(self, topic: str) -> str:
+        """Where the Parquet of output topic ``topic`` is (for a Parquet output)."""
         return os.path.join(self.output, "topics", topic)
 
     def summary(self) -> str:
