@@ -25,6 +25,11 @@ from typing import Iterable, Iterator, Tuple
 from ..transport.base import RawRecord
 
 
+SENDER_RANK = 1 << 20
+"""A sent record's ``sender`` is the sending stage's rank (sub-topologies in dependency
+order) times this, plus the sending task's partition."""
+
+
 def with_running_max(records: Iterable[RawRecord]) -> Iterator[Tuple[int, RawRecord]]:
     """Each record of one partition (in offset order) with ``pmax``: the largest
     timestamp up to and including it."""

@@ -22,6 +22,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..serdes import Bytes, Serde
+from .ordering import SENDER_RANK
 from .task_runner import ReplayJob, _json_text
 
 EMBEDDED_PREFIX = "embedded:"
@@ -106,7 +107,8 @@ def write_topic_parquet(spark: Any, job: ReplayJob, rows: Any, topic: str, path:
         return partition, pmax, sender, sequence, ts, key_text, value_text, start, end, key, value
 
     frame = spark.createDataFrame(rows.map(to_row), _topic_schema())
-    order = Window.partitionBy("partition").orderBy("pmax", "sender", "sequence")
+    stage = F.floor(F.col("sender") / SENDER_RANK)  # the sending stage first: see replay._ranked
+    order = Window.partitionBy("partition").orderBy(stage, "pmax", "sender", "sequence")
     (frame.withColumn("offset", F.row_number().over(order) - 1)
           .select("partition", "offset", "timestamp", "key", "value", "window_start", "window_end",
                   "key_bytes", "value_bytes")
@@ -165,7 +167,7 @@ def write_embedded_topic(job: ReplayJob, rows: Any, directory: str, topic: str) 
             if batch:
                 target.append(topic, current, batch)  # type: ignore[arg-type]
 
-    (rows.map(lambda r: ((r[2], r[3], r[4], r[5]), (r[7], r[8], r[6], r[9])))
+    (rows.map(lambda r: ((r[2], r[4] // SENDER_RANK, r[3], r[4], r[5]), (r[7], r[8], r[6], r[9])))
          .repartitionAndSortWithinPartitions(partitions, lambda key: key[0])
          .foreachPartition(append))
     return f"{EMBEDDED_PREFIX}{directory} topic {topic}"

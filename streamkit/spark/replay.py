@@ -28,7 +28,7 @@ from ..topology import Topology
 from ..topology.passes import resolve_partitions
 from .fidelity import check_replayable
 from .inputs import KafkaTopic, resolve_input
-from .ordering import with_running_max
+from .ordering import SENDER_RANK, with_running_max
 from .task_runner import ReplayJob, run_component, run_task_partition
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ class _Stages:
         topology = self.job.topology
         emitted: List[Any] = []
         by_topic: Dict[str, List[Any]] = {}
-        for component in components(topology):
+        for rank, component in enumerate(components(topology)):
             feeds = []
             for sub_id in component:
                 sub = topology.sub_topologies[sub_id]
@@ -224,6 +224,8 @@ class _Stages:
                     lambda partition, it: run_task_partition(job, sub_id, partition, it))
             else:
                 out = self._run(component, items)
+            if rank:
+                out = out.map(lambda row, rank=rank: _ranked(row, rank))
             out = out.persist(_storage_level())
             emitted.append(out)
             for sub_id in component:
@@ -269,7 +271,8 @@ class _Stages:
                     .mapPartitions(lambda it: run_component(job, ids, it)))
         sub = topology.sub_topologies[component[0]]
         tasks = max(job.partitions[t] for t in sub.source_topics)
-        if self.bulk:
+        if self.bulk and job.app.processing_error_handler == "fail":
+            # (other handlers act per input record: only the task runner has the record)
             from .bulk import bulk_plan
             plan = bulk_plan(topology, sub)
             if plan is not None:
@@ -277,6 +280,15 @@ class _Stages:
         sub_id = sub.id
         return (items.repartitionAndSortWithinPartitions(tasks, lambda key: key[0])
                 .mapPartitionsWithIndex(lambda partition, it: run_task_partition(job, sub_id, partition, it)))
+
+
+def _ranked(row: Tuple[Any, ...], rank: int) -> Tuple[Any, ...]:
+    """Tag what a stage sent with the stage's rank. Where several sub-topologies write one
+    output topic, the upstream one's records go first: a live downstream task can only
+    have sent after the upstream task it reads from (the only order all live runs share)."""
+    if row[0] == "store":
+        return row
+    return row[:4] + (rank * SENDER_RANK + row[4],) + row[5:]
 
 
 def _storage_level() -> Any:
