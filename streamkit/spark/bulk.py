@@ -90,10 +90,14 @@ class WindowedCountPlan:
         """The node whose children receive what leaves the aggregation."""
         self.retention_ms = retention_ms
 
-    def run(self, spark: Any, job: ReplayJob, sub: SubTopology, tasks: int, items: Any) -> Any:
+    def run(self, spark: Any, job: ReplayJob, sub: SubTopology, tasks: int, items: Any,
+            cached: List[Any]) -> Any:
+        """The sub-topology's emitted records; persisted frames are added to ``cached``
+        (the caller unpersists them once the outputs are written)."""
         from pyspark.sql import functions as F
 
         frame, updates, stream_times = self._updates(spark, items)
+        cached.append(frame)
         if self.suppress is None:
             leaving = updates.select("task", F.col("pos").alias("at"), "w", "key", "start", "end", "count", "rt",
                                      F.lit(0).cast("long").alias("due"))
@@ -114,6 +118,7 @@ class WindowedCountPlan:
     def _updates(self, spark: Any, items: Any) -> Tuple[Any, Any, Any]:
         """The task's input with each record's position and stream time, every accepted
         (record, window) update with its running count, and each task's stream times."""
+        from pyspark import StorageLevel
         from pyspark.sql import Window
         from pyspark.sql import functions as F
         from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
@@ -130,6 +135,8 @@ class WindowedCountPlan:
         order = Window.partitionBy("task").orderBy("pmax", "idx", "sender", "seq")
         frame = (frame.withColumn("pos", F.row_number().over(order))
                  .withColumn("st", F.max("ts").over(order.rowsBetween(Window.unboundedPreceding, 0))))
+        # Read by several branches (updates, stream-time steps, late records): computed once.
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         stream_times = frame.select("task", "pos", "st")
         windows = self.aggregate.windows
         size, advance, grace = windows.size_ms, windows.advance_ms, windows.grace_ms
@@ -181,8 +188,11 @@ class WindowedCountPlan:
             "task", "at_time", "pos", "kind", "key", F.lit(None).cast("long").alias("start"),
             F.lit(None).cast("long").alias("end"), F.lit(None).cast("long").alias("count"),
             F.lit(None).cast("long").alias("rt"), F.lit(None).cast("long").alias("due")).unionByName(due)
-        ahead = (Window.partitionBy("task").orderBy("at_time", "kind", "pos")
-                 .rowsBetween(0, Window.unboundedFollowing))
+        # The first step at or after each due time: a running minimum in descending order
+        # (Spark recomputes an unbounded-following frame for every row: quadratic).
+        ahead = (Window.partitionBy("task")
+                 .orderBy(F.col("at_time").desc(), F.col("kind").desc(), F.col("pos").desc())
+                 .rowsBetween(Window.unboundedPreceding, 0))
         return (both.withColumn("at", F.min("pos").over(ahead)).where((F.col("kind") == 0) & F.col("at").isNotNull())
                 .select("task", "at", F.lit(0).alias("w"), "key", "start", "end", "count", "rt", "due"))
 

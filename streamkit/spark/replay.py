@@ -104,8 +104,8 @@ def replay(app: Any, *, inputs: Optional[Mapping[str, Any]] = None, output: str,
     result.outputs = write_outputs(spark, job, emitted, output)
     result.input_records = stage.input_records()
     result.seconds = time.monotonic() - started
-    for emitted_rdd in emitted:
-        emitted_rdd.unpersist()
+    for persisted in emitted + stage.cached:
+        persisted.unpersist()
     with open(os.path.join(parquet_root(output), "_replay.json"), "w") as f:
         json.dump({"app": app.id, "input_records": result.input_records, "seconds": round(result.seconds, 3),
                    "approximations": notes,
@@ -161,6 +161,8 @@ class _Stages:
         self.sources = sources
         self.bulk = bulk
         self._inputs: Dict[str, Any] = {}
+        self.cached: List[Any] = []
+        """DataFrames the bulk plans persisted: released after the outputs are written."""
         self._counters: Dict[str, Any] = {}
 
     def input_records(self) -> int:
@@ -276,7 +278,7 @@ class _Stages:
             from .bulk import bulk_plan
             plan = bulk_plan(topology, sub)
             if plan is not None:
-                return plan.run(self.spark, job, sub, tasks, items)
+                return plan.run(self.spark, job, sub, tasks, items, self.cached)
         sub_id = sub.id
         return (items.repartitionAndSortWithinPartitions(tasks, lambda key: key[0])
                 .mapPartitionsWithIndex(lambda partition, it: run_task_partition(job, sub_id, partition, it)))
