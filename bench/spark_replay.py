@@ -42,10 +42,10 @@ exit status 1):
 Results go to bench/results/spark_replay.json (overwritten), with the machine's 1-minute
 load average before and after each side (other processes share the cores).
 
-``--no-bulk`` replays with ``bulk=False`` (every stage through the task runner) instead
-of the library default (``bulk=True``: a windowed count's stage as a bulk Spark SQL plan).
+``--bulk`` replays with ``bulk=True`` (the windowed count's stage as a bulk Spark SQL plan)
+instead of the library default (``bulk=False``: every stage through the task runner).
 
-Usage: python -m bench spark [--events 5000000] [--no-bulk] [--random-users]
+Usage: python -m bench spark [--events 5000000] [--bulk] [--random-users]
 """
 from __future__ import annotations
 
@@ -368,8 +368,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench spark", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=5_000_000)
-    parser.add_argument("--no-bulk", dest="bulk", action="store_false",
-                        help="replay(..., bulk=False): every stage through the task runner, no bulk plan")
+    parser.add_argument("--bulk", action="store_true",
+                        help="replay(..., bulk=True): the windowed count as a bulk Spark SQL plan")
     parser.add_argument("--random-users", action="store_true",
                         help="any user for any event: partitions of unequal size (see make_events)")
     args = parser.parse_args(argv)

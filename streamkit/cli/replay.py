@@ -38,10 +38,13 @@ _PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.*)$")
 @click.option("--compare-mode", type=click.Choice(["latest", "records"]), default="latest", show_default=True,
               help="latest: the last value per key (tables); records: every value per key, in order.")
 @click.option("--no-stores", is_flag=True, help="Do not write the final store contents.")
+@click.option("--bulk", is_flag=True,
+              help="Compile windowed counts to Spark SQL (bulk plans) instead of running the task code per "
+                   "task partition (the default, faster on small clusters: see bench/spark_replay.py).")
 @broker_option
 def replay(app_spec: str, backend: str, inputs: Tuple[str, ...], output: str, master: Optional[str],
            allow_approximate: bool, compare_topics: Tuple[str, ...], compare_with: Optional[str],
-           compare_mode: str, no_stores: bool, broker: Optional[str]) -> None:
+           compare_mode: str, no_stores: bool, bulk: bool, broker: Optional[str]) -> None:
     """Replay APP (module or module:attribute) over historical data with the live run's semantics."""
     from .. import spark as sk_spark
 
@@ -63,7 +66,7 @@ def replay(app_spec: str, backend: str, inputs: Tuple[str, ...], output: str, ma
     session = sk_spark.get_session(master)
     try:
         result = sk_spark.replay(app, inputs=given, output=output, spark=session,
-                                 allow_approximate=allow_approximate, output_stores=not no_stores)
+                                 allow_approximate=allow_approximate, output_stores=not no_stores, bulk=bulk)
         for line in result.summary().splitlines():
             click.echo(line, err=True)
         differing = []

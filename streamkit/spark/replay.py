@@ -70,14 +70,15 @@ class ReplayResult:
 
 def replay(app: Any, *, inputs: Optional[Mapping[str, Any]] = None, output: str, spark: Any = None,
            master: Optional[str] = None, allow_approximate: bool = False, output_stores: bool = True,
-           bulk: bool = True) -> ReplayResult:
+           bulk: bool = False) -> ReplayResult:
     """Replay ``app`` over ``inputs`` (topic → embedded broker directory, archive, files,
     Kafka, or a ``--input`` string) and write every output topic, external sink and
     final store as Parquet under ``output`` (``output/topics/<topic>``,
     ``output/sinks/<node>``, ``output/stores/<store>``); topics the app reads without
     an input come from the app's own embedded broker. ``spark``: a SparkSession
-    (default: a new local one, or on ``master``). ``bulk=False`` runs every stage
-    through the task runner (the bulk plans' reference)."""
+    (default: a new local one, or on ``master``). ``bulk=True`` compiles the
+    sub-topologies that have a bulk plan to Spark SQL (see :mod:`.bulk`); by default
+    every stage runs the task runner, which measured faster (bench/spark_replay.py)."""
     from .outputs import parquet_root, write_outputs
     from .session import get_session
 

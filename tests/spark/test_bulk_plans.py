@@ -49,7 +49,7 @@ def test_bulk_windowed_count_equals_driver_and_task_runner(spark, tmp_path, wind
     assert any(bulk_plan(topology, sub) is not None for sub in topology.sub_topologies)
     records = late_heavy_input(seed=3)
     write_inputs(app, str(tmp_path / "broker"), records)
-    bulk = replay_outputs(spark, app, str(tmp_path / "broker"), str(tmp_path / "bulk"))
+    bulk = replay_outputs(spark, app, str(tmp_path / "broker"), str(tmp_path / "bulk"), bulk=True)
     assert bulk == driver_outputs(app, records)
     assert bulk["out"] and bulk["late"], "the input must give results and late records"
     assert len(bulk["late"]) > 20
@@ -60,7 +60,7 @@ def test_bulk_equals_task_runner_on_three_partitions(spark, tmp_path, windows, s
     app = windowed_app(windows, suppress=suppress)
     records = late_heavy_input(seed=11, count=900)
     write_inputs(app, str(tmp_path / "broker"), records, partitions={"views": 3})
-    bulk = replay_outputs(spark, app, str(tmp_path / "broker"), str(tmp_path / "bulk"))
+    bulk = replay_outputs(spark, app, str(tmp_path / "broker"), str(tmp_path / "bulk"), bulk=True)
     runner = replay_outputs(spark, app, str(tmp_path / "broker"), str(tmp_path / "runner"), bulk=False)
     assert bulk == runner
     assert len(bulk["out"]) > 10 and bulk["late"]

@@ -86,8 +86,8 @@ def test_wall_clock_punctuation_is_refused_naming_the_node_unless_approximation_
 
 
 def windowed_count_app(app_id: str, *, on_operation: bool) -> sk.App:
-    """A windowed count with close_idle_windows_after on the operation (grouped by key:
-    the task runner) or on the App (after a repartition: the count's bulk plan)."""
+    """A windowed count with close_idle_windows_after on the operation (grouped by key)
+    or on the App (after a repartition)."""
     app = sk.App(app_id, caching=False, close_idle_windows_after=None if on_operation else 5 * SEC)
 
     @app.topology
