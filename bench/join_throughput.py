@@ -60,7 +60,7 @@ import sys
 import tempfile
 from collections import Counter
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import orjson
 
@@ -332,10 +332,12 @@ def stream_stream_available() -> Tuple[bool, str]:
     return True, "ok"
 
 
-def produce_to(transport: EmbeddedTransport, topic: str, records: List[Record]) -> None:
-    """embedded_throughput.produce for any topic: by key's partition, in order."""
+def produce_to(transport: EmbeddedTransport, topic: str, records: List[Record],
+               config: Optional[Mapping[str, str]] = None) -> List[int]:
+    """embedded_throughput.produce for any topic (created with ``config`` if missing): by
+    key's partition, in order. Returns the partitions' sizes."""
     if transport.admin.topic(topic) is None:
-        transport.admin.create_topic(topic, PARTITIONS)
+        transport.admin.create_topic(topic, PARTITIONS, config)
     per_partition: Dict[int, list] = {p: [] for p in range(PARTITIONS)}
     for key, value, ts in records:
         per_partition[partition_for_key(key, PARTITIONS)].append((key, value, ts, None))
@@ -343,6 +345,7 @@ def produce_to(transport: EmbeddedTransport, topic: str, records: List[Record]) 
         for i in range(0, len(batch), 5000):
             transport.broker.append(topic, p, batch[i:i + 5000])
     transport.broker.sync()
+    return [len(per_partition[p]) for p in range(PARTITIONS)]
 
 
 def child(name: str, directory: str) -> None:

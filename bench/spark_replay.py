@@ -66,6 +66,7 @@ import orjson
 
 from bench.apps_spark_replay import GRACE_MS, KEEP, OUTPUT, PARTITIONS, TOPIC, WINDOW_MS, app
 from bench.embedded_throughput import ROOT, read_topic, run_worker_process, time_worker
+from bench.join_throughput import produce_to
 from streamkit.serdes import compact_json
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
@@ -130,17 +131,9 @@ def produce(directory: str, events: List[Record]) -> List[int]:
     Returns the partitions' sizes."""
     transport = EmbeddedTransport(directory)
     try:
-        transport.admin.create_topic(TOPIC, PARTITIONS, KEEP)
-        per_partition: Dict[int, list] = {p: [] for p in range(PARTITIONS)}
-        for key, value, ts in events:
-            per_partition[partition_for_key(key, PARTITIONS)].append((key, value, ts, None))
-        for p, records in per_partition.items():
-            for i in range(0, len(records), 5000):
-                transport.broker.append(TOPIC, p, records[i:i + 5000])
-        transport.broker.sync()
+        return produce_to(transport, TOPIC, events, config=KEEP)
     finally:
         transport.close()
-    return [len(per_partition[p]) for p in range(PARTITIONS)]
 
 
 def is_late(i: int, ts: int) -> bool:

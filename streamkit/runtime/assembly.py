@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Type
 
 from ..state.task_stores import open_task_stores
 from ..topology import Topology
@@ -27,13 +27,14 @@ class TaskSettings:
 
 def create_task(topology: Topology, sub: SubTopology, partition: int, *, partitions: Mapping[str, int],
                 collector: RecordCollector, wall_clock: Callable[[], int], settings: TaskSettings,
-                global_stores: Optional[Mapping[str, Any]] = None) -> Task:
-    """A ready-to-run task for ``sub`` on ``partition`` with its stores opened (not yet restored)."""
+                global_stores: Optional[Mapping[str, Any]] = None, task_class: Type[Task] = Task) -> Task:
+    """A ready-to-run task for ``sub`` on ``partition`` with its stores opened (not yet restored);
+    ``task_class``: a Task subclass (the Spark replay's)."""
     stores = open_task_stores((topology.stores[name] for name in sub.store_names), app_id=topology.app_id,
                               task_id=task_id(sub.id, partition), partition=partition,
                               backend=settings.store_backend, state_dir=settings.state_dir)
-    return Task(topology, sub, partition, stores=stores, collector=collector, partitions=partitions,
-                wall_clock=wall_clock, caching=settings.caching,
-                deserialization_error_handler=settings.deserialization_error_handler,
-                processing_error_handler=settings.processing_error_handler,
-                close_idle_windows_after_ms=settings.close_idle_windows_after_ms, global_stores=global_stores)
+    return task_class(topology, sub, partition, stores=stores, collector=collector, partitions=partitions,
+                      wall_clock=wall_clock, caching=settings.caching,
+                      deserialization_error_handler=settings.deserialization_error_handler,
+                      processing_error_handler=settings.processing_error_handler,
+                      close_idle_windows_after_ms=settings.close_idle_windows_after_ms, global_stores=global_stores)

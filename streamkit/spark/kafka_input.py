@@ -36,12 +36,11 @@ def kafka_partition_count(spark: Any, source: KafkaTopic) -> int:
     return int(row["last"]) + 1
 
 
-def read_kafka(spark: Any, source: KafkaTopic) -> Any:
-    """The topic as (partition, pmax, offset, timestamp, key, value, headers) rows, one
-    Spark partition per topic partition, in offset order."""
+def read_kafka(spark: Any, source: KafkaTopic, partitions: int) -> Any:
+    """The topic (of ``partitions`` partitions) as (partition, pmax, offset, timestamp, key,
+    value, headers) rows, one Spark partition per topic partition, in offset order."""
     from pyspark.sql import functions as F
 
-    partitions = kafka_partition_count(spark, source)
     frame = kafka_frame(spark, source).select(
         "partition", "offset", F.expr("unix_millis(timestamp)").alias("ts"), "key", "value", "headers")
 

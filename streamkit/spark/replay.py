@@ -178,7 +178,7 @@ class _Stages:
         counter = self._counters[topic] = self.sc.accumulator(0)
         if isinstance(source, KafkaTopic):
             from .kafka_input import read_kafka
-            rdd = read_kafka(self.spark, source)
+            rdd = read_kafka(self.spark, source, self.job.partitions[topic])
         else:
             count = source.partitions()
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from ..runtime.assembly import TaskSettings
+from ..runtime.assembly import TaskSettings, create_task
 from ..runtime.collector import RecordCollector
 from ..runtime.global_tables import GlobalTables
-from ..runtime.task import Task, task_id
+from ..runtime.task import Task
 from ..serdes import compact_json
 from ..sinks.base import SinkRecord
-from ..state.task_stores import open_task_stores
 from ..topology import Topology
 from ..topology.model import SubTopology
 
@@ -99,17 +98,13 @@ class ReplayTask(Task):
 
 def build_task(job: ReplayJob, sub: SubTopology, partition: int, collector: RecordCollector,
                global_stores: Optional[Mapping[str, Any]] = None) -> ReplayTask:
-    app, topology = job.app, job.topology
-    stores = open_task_stores((topology.stores[name] for name in sub.store_names), app_id=topology.app_id,
-                              task_id=task_id(sub.id, partition), partition=partition, backend="memory",
-                              state_dir=None)
-    settings = TaskSettings(deserialization_error_handler=app.deserialization_error_handler,
-                            processing_error_handler=app.processing_error_handler)
-    return ReplayTask(topology, sub, partition, stores=stores, collector=collector, partitions=job.partitions,
-                      wall_clock=lambda: 0, caching=False,
-                      deserialization_error_handler=settings.deserialization_error_handler,
-                      processing_error_handler=settings.processing_error_handler,
-                      close_idle_windows_after_ms=None, global_stores=global_stores)
+    """The task as a worker would build it, with stores in memory, no caching and a still clock."""
+    settings = TaskSettings(deserialization_error_handler=job.app.deserialization_error_handler,
+                            processing_error_handler=job.app.processing_error_handler,
+                            store_backend="memory", caching=False)
+    return create_task(job.topology, sub, partition, partitions=job.partitions, collector=collector,
+                       wall_clock=lambda: 0, settings=settings, global_stores=global_stores,
+                       task_class=ReplayTask)  # type: ignore[return-value]
 
 
 def load_global_tables(job: ReplayJob) -> Optional[GlobalTables]:
