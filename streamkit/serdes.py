@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import Any, Generic, Optional, Type, TypeVar
+from typing import Any, Callable, Generic, Optional, Type, TypeVar
 
 import orjson
 
@@ -34,6 +34,18 @@ class Serde(Generic[T]):
 
     def deserialize(self, data: Optional[bytes]) -> Optional[T]:
         raise NotImplementedError
+
+    def fast_deserializer(self) -> Callable[[bytes], Any]:
+        """``deserialize`` for the hot path, called with bytes only (never ``None``). It may
+        raise where ``deserialize`` would, with any exception: the runtime then calls
+        ``deserialize`` for the proper error. It never returns a different result."""
+        return self.deserialize
+
+    def output_serializer(self) -> Callable[[Any], Optional[bytes]]:
+        """``serialize`` for records written out at once (not kept in caches or stores),
+        called with non-``None`` objects only; as :meth:`fast_deserializer`, it may raise
+        any exception where ``serialize`` would, and never returns different bytes."""
+        return self.serialize
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -75,6 +87,14 @@ class Json(Serde[Any]):
         except orjson.JSONDecodeError as exc:
             raise SerializationError(f"Json serde: invalid JSON ({exc}): {_preview(data)}") from exc
 
+    def fast_deserializer(self) -> Callable[[bytes], Any]:
+        return orjson.loads
+
+    def output_serializer(self) -> Callable[[Any], Optional[bytes]]:
+        # Not compact_json: output records are dropped once written, so orjson's roomy
+        # allocation costs nothing, and the copy would.
+        return orjson.dumps
+
 
 class String(Serde[str]):
     """UTF-8 text. Serializing anything but ``str`` is an error, not a silent ``str()``."""
@@ -95,6 +115,12 @@ class String(Serde[str]):
             return data.decode()
         except UnicodeDecodeError as exc:
             raise SerializationError(f"String serde: not UTF-8 ({exc}): {_preview(data)}") from exc
+
+    def fast_deserializer(self) -> Callable[[bytes], Any]:
+        return bytes.decode
+
+    def output_serializer(self) -> Callable[[Any], Optional[bytes]]:
+        return str.encode
 
 
 class Bytes(Serde[bytes]):

@@ -14,7 +14,7 @@ from ..sinks.base import SinkRecord
 from ..topology import Topology
 from ..topology import nodes as ir
 from ..topology.model import SubTopology
-from ..transport.partitioner import partition_for_key
+from ..transport.partitioner import cached_key_hash, partition_for_key
 from .context import Downstream, NodeProcessorContext, TaskContext
 
 Compiler = Callable[[Any, Downstream, "CompileEnv"], Downstream]
@@ -225,6 +225,8 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
     buffers = task.collector.buffers_for(topic, partitions)
     key_serialize = node.key_serde.serialize
     value_serialize = node.value_serde.serialize
+    key_fast = node.key_serde.output_serializer()
+    value_fast = node.value_serde.output_serializer()
     own_partition = task.partition % partitions
     name = node.name
 
@@ -232,11 +234,19 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
         if task.muted:
             return
         try:
-            key_bytes = key_serialize(key)
-            value_bytes = value_serialize(value)
-        except Exception as exc:
-            raise _user_error(name, SerializationError(f"writing to topic '{topic}': {exc}")) from exc
-        partition = own_partition if key_bytes is None else partition_for_key(key_bytes, partitions)
+            key_bytes = None if key is None else key_fast(key)
+            value_bytes = None if value is None else value_fast(value)
+        except Exception:
+            try:  # the serde's own methods, for the proper error (or a stricter fast path)
+                key_bytes = key_serialize(key)
+                value_bytes = value_serialize(value)
+            except Exception as exc:
+                raise _user_error(name, SerializationError(f"writing to topic '{topic}': {exc}")) from exc
+        if key_bytes is None:
+            partition = own_partition
+        else:
+            cached = cached_key_hash(key_bytes)
+            partition = partition_for_key(key_bytes, partitions) if cached is None else cached % partitions
         record = task.record
         buffers[partition].append((key_bytes, value_bytes, timestamp, None if record is None else record[4]))
     return sink

@@ -220,6 +220,8 @@ class Task:
         topic, partition = node.topic, self.partition
         key_deserialize = node.key_serde.deserialize
         value_deserialize = node.value_serde.deserialize
+        key_fast = node.key_serde.fast_deserializer()
+        value_fast = node.value_serde.fast_deserializer()
         extractor = _named_extractor(node)
         punctuations = ctx.punctuations
         fire = punctuations.fire
@@ -230,12 +232,17 @@ class Task:
             stream_time = ctx.stream_time
             for record in records:
                 ctx.record = record
+                raw_key, raw_value = record[2], record[3]
                 try:
-                    key = key_deserialize(record[2])
-                    value = value_deserialize(record[3])
-                except Exception as exc:
-                    errors.deserialization_failed(topic, partition, record, exc)
-                    continue
+                    key = None if raw_key is None else key_fast(raw_key)
+                    value = None if raw_value is None else value_fast(raw_value)
+                except Exception:
+                    try:  # the serde's own methods, for the proper error (or a stricter fast path)
+                        key = key_deserialize(raw_key)
+                        value = value_deserialize(raw_value)
+                    except Exception as exc:
+                        errors.deserialization_failed(topic, partition, record, exc)
+                        continue
                 try:
                     if extractor is None:
                         timestamp = record[1]

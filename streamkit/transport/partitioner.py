@@ -6,10 +6,13 @@ the same partition.
 from __future__ import annotations
 
 import struct
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 _HASHES: Dict[bytes, int] = {}
 _CACHE_LIMIT = 200_000  # hot keys repeat: a dict lookup beats hashing again
+cached_key_hash: Callable[[bytes], Optional[int]] = _HASHES.get
+"""The positive murmur2 hash of a key seen recently, else None: for hot paths that then
+take ``hash % partitions`` without a call (the cache is cleared in place, never replaced)."""
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 
