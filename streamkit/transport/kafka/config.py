@@ -103,6 +103,7 @@ _SPECS: dict[str, _Spec] = {
     "session_timeout_ms": _Spec("int", minimum=1),
     "heartbeat_interval_ms": _Spec("int", minimum=1),
     "max_poll_interval_ms": _Spec("int", minimum=1),
+    "fetch_max_wait_ms": _Spec("int", minimum=0),
     "group_instance_id": _Spec("str", nullable=True),
     "replication_factor": _Spec("int", nullable=True, minimum=1),
     "connect_timeout_s": _Spec("float", minimum=0),
@@ -241,6 +242,10 @@ class KafkaClientConfig:
     session_timeout_ms: int = 10000
     heartbeat_interval_ms: int = 3000
     max_poll_interval_ms: int = 300000
+    fetch_max_wait_ms: int = 500
+    """Longest the broker holds a fetch that has less than one byte to return (Kafka's
+    ``fetch.max.wait.ms``). Apache Kafka answers as soon as records arrive; brokers that
+    hold every fetch this long (Tansu) add it to each record's latency."""
     group_instance_id: str | None = None
     replication_factor: int | None = None
     connect_timeout_s: float = 30.0
@@ -363,7 +368,8 @@ class KafkaClientConfig:
         kwargs = {**self.common_kwargs(),
                   "session_timeout_ms": self.session_timeout_ms,
                   "heartbeat_interval_ms": self.heartbeat_interval_ms,
-                  "max_poll_interval_ms": self.max_poll_interval_ms}
+                  "max_poll_interval_ms": self.max_poll_interval_ms,
+                  "fetch_max_wait_ms": self.fetch_max_wait_ms}
         if self.group_instance_id is not None:
             kwargs["group_instance_id"] = self.group_instance_id
         return kwargs

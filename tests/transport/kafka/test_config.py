@@ -513,14 +513,15 @@ def test_kwargs_contents():
     cfg = build("kafka://h1,h2:9093", app_settings={
         "client_id": "svc", "linger_ms": 0, "max_batch_size": 512, "request_timeout_ms": 5000,
         "session_timeout_ms": 6000, "heartbeat_interval_ms": 2000, "max_poll_interval_ms": 60000,
-        "group_instance_id": "svc-0"})
+        "fetch_max_wait_ms": 20, "group_instance_id": "svc-0"})
     common = {"bootstrap_servers": "h1:9092,h2:9093", "client_id": "svc",
               "security_protocol": "PLAINTEXT", "ssl_context": None, "request_timeout_ms": 5000}
     assert cfg.common_kwargs() == common
     assert cfg.producer_kwargs() == {**common, "compression_type": None, "linger_ms": 0,
                                      "max_batch_size": 512}
     assert cfg.consumer_kwargs() == {**common, "session_timeout_ms": 6000, "heartbeat_interval_ms": 2000,
-                                     "max_poll_interval_ms": 60000, "group_instance_id": "svc-0"}
+                                     "max_poll_interval_ms": 60000, "fetch_max_wait_ms": 20,
+                                     "group_instance_id": "svc-0"}
     assert cfg.admin_kwargs() == common
     assert "group_instance_id" not in build().consumer_kwargs()
 
