@@ -58,6 +58,35 @@ class KafkaGroupConsumer(Consumer):
     def position(self, partition: TopicPartition) -> int:
         raise NotImplementedError("the worker tracks its tasks' positions itself")
 
+    def has_unread(self, partition: TopicPartition) -> Optional[bool]:
+        """Whether the last fetch response's last stable offset (else high watermark) is
+        past the fetch position. A partition with no response or position yet counts as
+        unread, as Kafka Streams treats unknown lag: at start-up a join's table side is
+        waited for briefly (LAG_WAIT) instead of losing the race to its stream side."""
+        ktp = KafkaTopicPartition(*partition)
+        try:
+            end = self._kafka.last_stable_offset(ktp)
+            if end is None or end < 0:
+                end = self._kafka.highwater(ktp)
+        except IllegalStateError:
+            return None  # not assigned to this member
+        position = self._position_now(ktp)
+        if end is None or position is None:
+            return True
+        return position < end
+
+    def _position_now(self, ktp: KafkaTopicPartition) -> Optional[int]:
+        """aiokafka's fetch position (past transaction markers), None if it has none yet.
+        ``AIOKafkaConsumer.position`` would wait for an offset reset; this reads the same
+        state without waiting."""
+        try:
+            state = self._kafka._subscription.subscription.assignment.state_value(ktp)
+        except AttributeError:  # no assignment (or another aiokafka layout): unknown
+            return None
+        if state is None or not state.has_valid_position:
+            return None
+        return state.position
+
     async def _apply_seeks(self) -> None:
         assigned = self._kafka.assignment()
         resume = []
