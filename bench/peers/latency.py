@@ -6,7 +6,9 @@ then offers ``rate`` events/s for ``seconds``: every millisecond it sends the ev
 stamped with the wall clock at sending in its ``ts`` field. A reader of the output topic
 notes when each output arrives; latency = arrival - ``ts`` (ms, the S1 output keeps
 ``ts``). p50/p99/max are over the measured outputs (events with amount > 10). The
-framework is stopped afterwards; its throughput is not measured here.
+framework is stopped afterwards. A framework slower than the offered load falls behind:
+its latency then grows with the backlog (``falls_behind``: the last tenth of the outputs
+waited over a second longer than the first).
 """
 from __future__ import annotations
 
@@ -116,8 +118,11 @@ async def offer_and_observe(send: Callable[[List[Tuple[bytes, bytes, int]]], Any
         await asyncio.sleep(0.001)
     if len(latencies) != expected:
         raise RuntimeError(f"observed {len(latencies):,} of {expected:,} outputs within {DRAIN_TIMEOUT_S:.0f} s")
+    tenth = max(1, len(latencies) // 10)
+    first, last = statistics.fmean(latencies[:tenth]), statistics.fmean(latencies[-tenth:])
     return {**percentiles(latencies), "events": total, "outputs": expected, "offered_per_second": rate,
-            "achieved_per_second": achieved}
+            "achieved_per_second": achieved, "falls_behind": last - first > 1_000.0,
+            "first_tenth_mean_ms": first, "last_tenth_mean_ms": last}
 
 
 # -- Kafka --------------------------------------------------------------------------------

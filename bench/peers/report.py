@@ -96,7 +96,8 @@ def print_table(header: str, results: Results, latency: Dict[str, dict], restore
             else:
                 print(f"    {LABELS.get(column, column):<22} p50 {figures['p50_ms']:.1f} ms  p99 {figures['p99_ms']:.1f} ms"
                       f"  max {figures['max_ms']:.1f} ms  ({figures['events']:,} events at "
-                      f"{figures['offered_per_second']:,} events/s)")
+                      f"{figures['offered_per_second']:,} events/s)"
+                      + ("  FALLS BEHIND: slower than the offered load" if figures.get("falls_behind") else ""))
     if restore:
         print("\n  restore of a 1,000,000-record changelog into RocksDB:")
         for column, figures in restore.items():

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Dict, List, Optional, Sequence
 
 from bench.kafka_throughput import committed_total, create_topics, delete_topics, produce, read_topic
-from bench.peers.workload import SCENARIOS, Event
+from bench.peers.workload import PARTITIONS, SCENARIOS, Event
 
 log = logging.getLogger("bench.peers")
 
@@ -49,6 +49,21 @@ def run_child(spec: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def produce_with_exact_ends(bootstrap: str, topic: str, records: Sequence[Event]) -> None:
+    """Produce ``records`` with each partition's last record in a batch of its own.
+
+    Tansu reports a partition's end offset as its last batch's first offset + 1. A framework
+    that waits for a table to be read up to the end offset before joining events (streamkit's
+    timestamp synchronization, Quix's join_asof) would stop waiting early and miss rows; with
+    a last batch of one record the reported end is exact. Apache Kafka needs none of this."""
+    from streamkit.transport.partitioner import partition_for_key
+
+    last: Dict[int, int] = {partition_for_key(key, PARTITIONS): i for i, (key, _, _) in enumerate(records)}
+    tails = set(last.values())
+    asyncio.run(produce(bootstrap, topic, [r for i, r in enumerate(records) if i not in tails]))
+    asyncio.run(produce(bootstrap, topic, [records[i] for i in sorted(tails)]))
+
+
 def run_once(framework: str, scenario: str, bootstrap: str, events: Sequence[Event], table: Sequence[Event],
              expected: Counter, *, caching: bool = False, verbose: bool = False,
              profile: Optional[str] = None) -> dict:
@@ -63,7 +78,7 @@ def run_once(framework: str, scenario: str, bootstrap: str, events: Sequence[Eve
         asyncio.run(create_topics(bootstrap, [t for t in (source, sink, pages) if t]))
         started = time.perf_counter()
         if pages:
-            asyncio.run(produce(bootstrap, pages, table))
+            produce_with_exact_ends(bootstrap, pages, table)
         asyncio.run(produce(bootstrap, source, events))
         log.info("%s %s: produced %d events in %.1f s", framework, scenario, len(events),
                  time.perf_counter() - started)

@@ -76,7 +76,18 @@ def run(spec: dict, probe: Probe) -> None:
     worker = Worker(app, transport, until_idle=spec.get("safety_idle_s", 30.0), state_dir=spec["state_dir"])
     probe.count_aiokafka_fetches(spec["source"])
     probe.wrap_async_commit(Worker, "_commit")  # one commit round: every task, flush or transactions
-    probe.on_all_fetched = worker.stop  # it finishes the batch in hand, commits and leaves the group
+    # Stop once every input record was fetched and none waits in a task's input buffer (a
+    # join's stream side waits there for its table side): the worker then commits and
+    # leaves the group, and that commit ends the window.
+    process_available = Worker._process_available
+
+    async def process_then_stop_when_done(self: Worker) -> bool:
+        processed = await process_available(self)
+        if probe.all_fetched and not any(inputs.pending() for inputs in self._inputs.values()):
+            self.stop()
+        return processed
+
+    Worker._process_available = process_then_stop_when_done  # type: ignore[method-assign]
     try:
         asyncio.run(worker.run())
     finally:
