@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTopicPartition
@@ -63,29 +63,23 @@ class KafkaGroupConsumer(Consumer):
         past the fetch position. A partition with no response or position yet counts as
         unread, as Kafka Streams treats unknown lag: at start-up a join's table side is
         waited for briefly (LAG_WAIT) instead of losing the race to its stream side."""
-        ktp = KafkaTopicPartition(*partition)
-        try:
-            end = self._kafka.last_stable_offset(ktp)
-            if end is None or end < 0:
-                end = self._kafka.highwater(ktp)
-        except IllegalStateError:
-            return None  # not assigned to this member
-        position = self._position_now(ktp)
-        if end is None or position is None:
+        state = self._partition_state(KafkaTopicPartition(*partition))
+        if state is None:
+            return None  # not assigned to this member (now)
+        end = state.lso if state.lso is not None and state.lso >= 0 else state.highwater
+        if end is None or not state.has_valid_position:
             return True
-        return position < end
+        return state.position < end
 
-    def _position_now(self, ktp: KafkaTopicPartition) -> Optional[int]:
-        """aiokafka's fetch position (past transaction markers), None if it has none yet.
-        ``AIOKafkaConsumer.position`` would wait for an offset reset; this reads the same
-        state without waiting."""
+    def _partition_state(self, ktp: KafkaTopicPartition) -> Any:
+        """aiokafka's fetch state of ``ktp`` (high watermark, last stable offset, position past
+        transaction markers), None if not assigned. Read directly: ``highwater()`` and
+        ``last_stable_offset()`` assert the assignment, and ``position()`` waits for an
+        offset reset."""
         try:
-            state = self._kafka._subscription.subscription.assignment.state_value(ktp)
-        except AttributeError:  # no assignment (or another aiokafka layout): unknown
+            return self._kafka._subscription.subscription.assignment.state_value(ktp)
+        except AttributeError:  # no subscription or assignment yet
             return None
-        if state is None or not state.has_valid_position:
-            return None
-        return state.position
 
     async def _apply_seeks(self) -> None:
         assigned = self._kafka.assignment()
