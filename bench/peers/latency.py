@@ -117,7 +117,8 @@ async def offer_and_observe(send: Callable[[List[Tuple[bytes, bytes, int]]], Any
         note(await poll())
         await asyncio.sleep(0.001)
     if len(latencies) != expected:
-        raise RuntimeError(f"observed {len(latencies):,} of {expected:,} outputs within {DRAIN_TIMEOUT_S:.0f} s")
+        raise RuntimeError(f"did not keep up with {rate:,} events/s: {len(latencies):,} of {expected:,} outputs "
+                           f"had arrived {DRAIN_TIMEOUT_S:.0f} s after the load ended")
     tenth = max(1, len(latencies) // 10)
     first, last = statistics.fmean(latencies[:tenth]), statistics.fmean(latencies[-tenth:])
     return {**percentiles(latencies), "events": total, "outputs": expected, "offered_per_second": rate,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from typing import Dict, List, Optional, Tuple
 
 from bench.peers.workload import SCENARIOS
@@ -144,7 +145,8 @@ def write_chart(path: str, results: Results, title: str) -> Optional[str]:
         ax.bar_label(bars, labels=[f"{y / 1000:.0f}k" if y >= 1000 else f"{y:.0f}" for y in ys], fontsize=6,
                      rotation=90, padding=2)
     ax.set_yscale("log")
-    ax.set_xticks(range(len(scenarios)), [f"{s}\n{SCENARIOS[s].title}" for s in scenarios], fontsize=8)
+    ax.set_xticks(range(len(scenarios)), [f"{s}\n" + "\n".join(textwrap.wrap(SCENARIOS[s].title, 24))
+                                          for s in scenarios], fontsize=8)
     ax.set_ylabel("events/s (log scale, median of reps, verified)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, ncols=4, loc="upper right")
