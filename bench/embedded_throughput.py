@@ -41,6 +41,7 @@ import orjson
 
 import streamkit as sk
 from bench import restore_throughput
+from bench.peers.workload import make_events as peer_events
 from streamkit.runtime.worker import Worker, tune_gc_for_streaming
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
@@ -94,16 +95,9 @@ SESSION_GAP = 500
 
 def make_windowed_events(n: int, seed: int = 42, keys: int = PAGES) -> List[Tuple[bytes, bytes, int]]:
     """Page views with event time advancing 1 ms per event; 1% are up to 5 s late (inside the
-    windows' grace, so none is dropped). The record timestamp is the event time."""
-    rng = random.Random(seed)
-    start = 1_700_000_000_000
-    out = []
-    for i in range(n):
-        page = f"page-{rng.randrange(keys)}"
-        ts = start + i - (rng.randrange(1, 5_000) if rng.random() < 0.01 else 0)
-        value = {"user": f"user-{rng.randrange(10_000)}", "page": page, "ts": ts, "amount": rng.randrange(100)}
-        out.append((page.encode(), orjson.dumps(value), ts))
-    return out
+    windows' grace, so none is dropped). The record timestamp is the event time. The peer
+    benchmark's events (``bench.peers.workload.make_events``)."""
+    return peer_events(n, seed, keys)
 
 
 def windowed_count_app(guarantee: str = "at_least_once") -> sk.App:

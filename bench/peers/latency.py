@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import shutil
 import signal
@@ -29,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import orjson
 
-from bench.peers.runner import CLIENT_ENV, COMMIT_INTERVAL_S, ROOT
+from bench.peers.runner import COMMIT_INTERVAL_S, child_env
 from bench.peers.workload import PAGES, PARTITIONS, USERS
 
 log = logging.getLogger("bench.peers")
@@ -167,7 +166,7 @@ def measure_kafka(column: str, bootstrap: str, rate: int, seconds: float, verbos
     spec = {"framework": column, "scenario": "S1", "bootstrap": bootstrap, "app_id": run_id, "source": source,
             "sink": sink, "table": None, "events": 1 << 62, "state_dir": state_dir, "caching": False,
             "commit_interval_s": COMMIT_INTERVAL_S, "fetch_max_wait_ms": FETCH_MAX_WAIT_MS, "verbose": verbose}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]), **CLIENT_ENV}
+    env = child_env()
     child = subprocess.Popen([sys.executable, "-m", "bench.peers.child", json.dumps(spec)], env=env,
                              stdout=subprocess.DEVNULL, stderr=None if verbose else subprocess.DEVNULL)
     try:
@@ -200,7 +199,7 @@ def measure_embedded(rate: int, seconds: float, verbose: bool = False) -> dict:
     try:
         for topic in ("events", "out"):
             transport.admin.create_topic(topic, PARTITIONS, {"retention.ms": "-1"})
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+        env = child_env()
         child = subprocess.Popen([sys.executable, "-m", "bench.peers.latency", "--embedded-worker", directory],
                                  env=env, stdout=subprocess.DEVNULL,
                                  stderr=None if verbose else subprocess.DEVNULL)
@@ -252,7 +251,7 @@ def measure_all(patterns: Sequence[str], bootstrap: Optional[str], rate: int = 1
     import fnmatch
     import importlib
 
-    from bench.peers.main import open_broker
+    from bench.kafka_throughput import open_broker
 
     out: Dict[str, dict] = {}
     for column in COLUMNS:

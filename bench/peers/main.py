@@ -28,6 +28,7 @@ import platform
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+from bench.kafka_throughput import open_broker
 from bench.peers import embedded, report
 from bench.peers.runner import ROOT, VerificationError, run_once, summarize
 from bench.peers.workload import PARTITIONS, SCENARIOS, make_events, make_pages_table
@@ -75,16 +76,6 @@ def versions() -> Dict[str, str]:
         module = load_framework(column)
         out[column] = module if isinstance(module, str) else module.version()
     return out
-
-
-def open_broker(bootstrap: Optional[str]) -> Any:
-    from tests.kafka.broker import external_broker, start_tansu  # no pytest involved
-
-    if bootstrap:
-        return external_broker(bootstrap)
-    broker = start_tansu()
-    log.info("started Tansu (memory storage) on %s", broker.bootstrap)
-    return broker
 
 
 def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Results) -> Dict[str, Any]:

@@ -74,19 +74,16 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Opt
 import orjson
 
 from bench.peers.probe import peak_rss_mib
+from bench.peers.runner import child_env
 
 log = logging.getLogger("bench.peers.restore")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FRAMEWORKS = ("streamkit", "faust", "quix")
 KEYS = 100_000
 START_MS = 1_700_000_000_000
 FORMAT_CHECK_EVENTS = 12
 FIGURES_MARK = "restore-figures: "
 CHILD_TIMEOUT_S = 1800.0
-CLIENT_ENV = {"STREAMKIT_KAFKA_SESSION_TIMEOUT_MS": "6000", "STREAMKIT_KAFKA_HEARTBEAT_INTERVAL_MS": "1000"}
-"""Group timing for every child (the caller's environment wins): a join on Tansu takes about
-half the session timeout, outside the timed window."""
 QUIX_TOPIC_CONFIG = {"retention.ms": "604800000", "retention.bytes": "-1"}
 """Kafka's defaults, given explicitly: Quix derives its changelog's config from the input
 topic's, and Tansu's DescribeConfigs returns only the configs a topic was created with."""
@@ -307,10 +304,8 @@ async def produce_events(bootstrap: str, topic: str, events: Sequence[Tuple[byte
 def run_child(spec: dict) -> dict:
     """Run ``python -m bench.peers.restore --child SPEC``; return the figures it printed."""
     command = [sys.executable, "-m", "bench.peers.restore", "--child", json.dumps(spec)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    for key, value in CLIENT_ENV.items():
-        env.setdefault(key, value)
-    out = subprocess.run(command, capture_output=True, text=True, check=False, env=env, timeout=CHILD_TIMEOUT_S)
+    out = subprocess.run(command, capture_output=True, text=True, check=False, env=child_env(),
+                         timeout=CHILD_TIMEOUT_S)
     if spec.get("verbose") and out.stderr:
         sys.stderr.write(out.stderr)
     if out.returncode != 0:

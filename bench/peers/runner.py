@@ -34,13 +34,19 @@ class VerificationError(AssertionError):
     """A framework's output differs from the true result: its figure is not reported."""
 
 
-def run_child(spec: dict) -> dict:
-    """Run ``bench.peers.child`` with ``spec``; return its figures."""
-    command = [sys.executable, "-m", "bench.peers.child", json.dumps(spec)]
+def child_env() -> Dict[str, str]:
+    """A child's environment: this checkout importable, the group settings unless set."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     for key, value in CLIENT_ENV.items():
         env.setdefault(key, value)
-    out = subprocess.run(command, capture_output=True, text=True, check=False, env=env, timeout=CHILD_TIMEOUT_S)
+    return env
+
+
+def run_child(spec: dict) -> dict:
+    """Run ``bench.peers.child`` with ``spec``; return its figures."""
+    command = [sys.executable, "-m", "bench.peers.child", json.dumps(spec)]
+    out = subprocess.run(command, capture_output=True, text=True, check=False, env=child_env(),
+                         timeout=CHILD_TIMEOUT_S)
     if spec.get("verbose") and out.stderr:
         sys.stderr.write(out.stderr)
     if out.returncode != 0:

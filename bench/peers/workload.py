@@ -37,15 +37,15 @@ Event = Tuple[bytes, bytes, int]  # key, value, timestamp (ms)
 Output = List[Tuple[int, Optional[bytes], Optional[bytes]]]  # (partition, key, value), offset order per partition
 
 
-def make_events(n: int, seed: int = 42, start_ms: int = START_MS) -> List[Event]:
-    """``n`` page views keyed by page: event time advances 1 ms per event and 1% of the
-    events are up to 5 s late (inside every framework's grace, so none is dropped).
-    The record timestamp is the event's ``ts``."""
+def make_events(n: int, seed: int = 42, keys: int = PAGES) -> List[Event]:
+    """``n`` page views keyed by page (``keys`` distinct): event time advances 1 ms per
+    event and 1% of the events are up to 5 s late (inside every framework's grace, so none
+    is dropped). The record timestamp is the event's ``ts``."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        page = f"page-{rng.randrange(PAGES)}"
-        ts = start_ms + i - (rng.randrange(1, 5_000) if rng.random() < 0.01 else 0)
+        page = f"page-{rng.randrange(keys)}"
+        ts = START_MS + i - (rng.randrange(1, 5_000) if rng.random() < 0.01 else 0)
         value = {"user": f"user-{rng.randrange(USERS)}", "page": page, "ts": ts, "amount": rng.randrange(100)}
         out.append((page.encode(), orjson.dumps(value), ts))
     return out
