@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from bench.kafka_throughput import open_broker
 from bench.peers import embedded, report
+from bench.peers.frameworks import NEEDS_TRANSACTIONS
 from bench.peers.runner import ROOT, VerificationError, run_once, summarize
 from bench.peers.workload import PARTITIONS, SCENARIOS, make_events, make_pages_table
 
@@ -99,7 +100,7 @@ def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Res
                 reason = module if isinstance(module, str) else module.unsupported(scenario,
                                                                                   broker.supports_transactions)
                 if reason is not None:
-                    if reason.startswith("skipped: needs a broker with transactions") and not args.broker:
+                    if reason == NEEDS_TRANSACTIONS and not args.broker:
                         reason += " (Tansu rejects InitProducerId; use --broker with Apache Kafka)"
                     results.setdefault(name, {})[column] = {"skipped": reason}
                     log.info("%s %s: %s", column, name, reason)

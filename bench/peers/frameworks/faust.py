@@ -35,6 +35,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from bench.peers.frameworks import transactions_missing
 from bench.peers.probe import Probe
 from bench.peers.workload import PARTITIONS, WINDOW_MS, Scenario, filter_map_value
 
@@ -53,9 +54,7 @@ def unsupported(scenario: Scenario, transactions: bool) -> Optional[str]:
         # A Table lookup inside the agent is not a join: no co-partitioning check, no
         # stream-time semantics, no waiting for the table to be loaded.
         return "n/a: faust has no joins"
-    if scenario.exactly_once and not transactions:
-        return "skipped: needs a broker with transactions"
-    return None
+    return transactions_missing(scenario, transactions)
 
 
 class _Control:

@@ -29,6 +29,7 @@ from quixstreams.dataframe import StreamingDataFrame
 from quixstreams.internal_consumer import InternalConsumer
 from quixstreams.models import TimestampType, Topic, TopicAdmin, TopicManager
 
+from bench.peers.frameworks import transactions_missing
 from bench.peers.probe import Probe
 from bench.peers.workload import GRACE_MS, WINDOW_MS, Scenario, enrich_value, filter_map_value
 
@@ -44,9 +45,7 @@ def version() -> str:
 
 
 def unsupported(scenario: Scenario, transactions: bool) -> Optional[str]:
-    if scenario.exactly_once and not transactions:
-        return "skipped: needs a broker with transactions"
-    return None
+    return transactions_missing(scenario, transactions)
 
 
 class BrokerDefaultsTopicManager(TopicManager):

@@ -17,6 +17,7 @@ import aiokafka
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from bench.peers.frameworks import transactions_missing
 from bench.peers.probe import Probe
 from bench.peers.workload import Scenario, enrich_value, filter_map_value, window_start
 
@@ -32,9 +33,7 @@ def version() -> str:
 
 
 def unsupported(scenario: Scenario, transactions: bool) -> Optional[str]:
-    if scenario.exactly_once and not transactions:
-        return "skipped: needs a broker with transactions"
-    return None
+    return transactions_missing(scenario, transactions)
 
 
 def make_transform(scenario: str, table: Dict[bytes, Any]) -> Transform:

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Optional
 
 import streamkit as sk
+from bench.peers.frameworks import transactions_missing
 from bench.peers.probe import Probe
 from bench.peers.workload import GRACE_MS, PARTITIONS, WINDOW_MS, Scenario, enrich_value, filter_map_value
 
@@ -24,9 +25,7 @@ def version() -> str:
 
 
 def unsupported(scenario: Scenario, transactions: bool) -> Optional[str]:
-    if scenario.exactly_once and not transactions:
-        return "skipped: needs a broker with transactions"
-    return None
+    return transactions_missing(scenario, transactions)
 
 
 def build_app(scenario: str, app_id: str, source: str, sink: str, table: Optional[str] = None, *,
