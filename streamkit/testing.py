@@ -34,6 +34,7 @@ from .errors import StreamkitError
 from .runtime.assembly import TaskSettings, create_task
 from .runtime.collector import RecordCollector
 from .runtime.global_tables import GlobalTables
+from .runtime.progress import strip_markers
 from .runtime.task import Task
 from .serdes import Serde
 from .stores import KeyValueStore
@@ -75,6 +76,7 @@ class TopologyTestDriver:
                                 close_idle_windows_after_ms=app.close_idle_windows_after_ms)
         self._tasks: Dict[str, Task] = {}
         self._task_of_topic: Dict[str, Task] = {}
+        self._repartition_topics = frozenset(self.topology.repartition_topics)
         self._globals = GlobalTables(self.topology, backend="memory", state_dir=None)
         for sub in self.topology.sub_topologies:
             task = create_task(self.topology, sub, 0, partitions=partitions, collector=self._collector,
@@ -124,6 +126,8 @@ class TopologyTestDriver:
     def _deliver(self, topic: str, records: Sequence[Tuple[Optional[bytes], Optional[bytes], int, Headers]]) -> None:
         base = self._offsets.get(topic, 0)
         raw = [(base + i, ts, k, v, h) for i, (k, v, ts, h) in enumerate(records)]
+        if topic in self._repartition_topics:
+            raw = strip_markers(raw)  # one writer, one record at a time: already in merge order
         self._offsets[topic] = base + len(raw)
         self._outputs.setdefault(topic, []).extend(raw)
         global_store = self._globals.by_topic.get(topic)

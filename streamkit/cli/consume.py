@@ -10,6 +10,7 @@ from typing import Optional
 import click
 import orjson
 
+from ..runtime.progress import is_marker, is_stamped, without_stamp
 from ..transport.base import TopicPartition
 from .common import broker_option, connected, require_topic
 
@@ -77,14 +78,19 @@ async def _consume(transport, topic: str, partitions: int, group: Optional[str],
             last = time.monotonic()
             done = {}
             for batch in batches:
-                for offset, ts, key, value, headers in batch.records:
+                for record in batch.records:
+                    done[TopicPartition(topic, batch.partition)] = record[0] + 1
+                    if record[4] and is_stamped(record):  # a repartition topic's record or marker
+                        if is_marker(record):
+                            continue  # the app's progress bookkeeping, not a record
+                        record = without_stamp(record)
+                    offset, ts, key, value, headers = record
                     line = {"topic": topic, "partition": batch.partition, "offset": offset, "timestamp": ts,
                             "key": render(key), "value": render(value)}
                     if headers:
                         line["headers"] = {name: render(v) for name, v in headers}
                     out.write(orjson.dumps(line).decode() + "\n")
                     count += 1
-                    done[TopicPartition(topic, batch.partition)] = offset + 1
                     if max_records is not None and count >= max_records:
                         break
                 if max_records is not None and count >= max_records:

@@ -16,6 +16,7 @@ from ..topology import nodes as ir
 from ..topology.model import SubTopology
 from ..transport.partitioner import cached_key_hash, partition_for_key
 from .context import Downstream, NodeProcessorContext, TaskContext
+from .progress import merged_topics, parse_ids, with_writer_header, writer_rank
 
 Compiler = Callable[[Any, Downstream, "CompileEnv"], Downstream]
 
@@ -229,6 +230,9 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
     value_fast = node.value_serde.output_serializer()
     own_partition = task.partition % partitions
     name = node.name
+    # A repartition topic's records also carry the writing task and its stream time (see
+    # .progress): the reading task orders its writers by them.
+    rank = writer_rank(*parse_ids(task.task_id)) if topic in merged_topics(env.topology) else None
 
     def sink(key: Any, value: Any, timestamp: int) -> None:
         if task.muted:
@@ -248,7 +252,10 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
             cached = cached_key_hash(key_bytes)
             partition = partition_for_key(key_bytes, partitions) if cached is None else cached % partitions
         record = task.record
-        buffers[partition].append((key_bytes, value_bytes, timestamp, None if record is None else record[4]))
+        headers = None if record is None else record[4]
+        if rank is not None:
+            headers = with_writer_header(headers, rank, task.stream_time)
+        buffers[partition].append((key_bytes, value_bytes, timestamp, headers))
     return sink
 
 

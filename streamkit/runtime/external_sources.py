@@ -8,7 +8,7 @@ offsets of both are committed and read back through the broker's group offsets
 from __future__ import annotations
 
 import asyncio
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..sources.base import PartitionReader, Source
 from ..topology import Topology
@@ -72,15 +72,22 @@ class ExternalSourceConsumer(Consumer):
         batches.extend(await self.inner.fetch(0 if batches else max_wait))
         return batches
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        await self.inner.commit(offsets)
+    async def commit(self, offsets: Mapping[TopicPartition, int],
+                     metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
+        await self.inner.commit(offsets, metadata)
 
     async def committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return await self.inner.committed(partitions)
 
+    async def committed_metadata(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, str]:
+        return await self.inner.committed_metadata(partitions)
+
     def has_unread(self, partition: TopicPartition) -> Optional[bool]:
         reader = self._readers.get(partition)
         return self.inner.has_unread(partition) if reader is None else reader.has_more()
+
+    def take_lost(self) -> List[Tuple[TopicPartition, int, int]]:
+        return self.inner.take_lost()  # file sources lose nothing
 
     def position(self, partition: TopicPartition) -> int:
         reader = self._readers.get(partition)

@@ -17,6 +17,9 @@ class TaskMetrics:
     """Records whose windows had all closed when they arrived (see late_records_topic)."""
     idle_stream_time_advances: int = 0
     """Times stream time was advanced by the wall clock because the task's input was idle."""
+    records_lost_to_retention: int = 0
+    """Input records deleted (retention, delete_records, a reset below the log start)
+    before the task read them (see Consumer.take_lost)."""
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -19,6 +19,7 @@ from .compiler import compile_sub_topology
 from .context import TaskContext
 from .error_policy import ErrorPolicy
 from .metrics import TaskMetrics
+from .progress import parse_ids
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,7 @@ def task_id(sub_topology: int, partition: int) -> str:
     return f"{sub_topology}_{partition}"
 
 
-def parse_task_id(tid: str) -> Tuple[int, int]:
-    """``"1_2"`` → ``(1, 2)``: the sub-topology and partition of a task id."""
-    sub, partition = tid.split("_")
-    return int(sub), int(partition)
+parse_task_id = parse_ids
 
 
 class Task:

@@ -32,10 +32,13 @@ from .external_sources import with_external_sources
 from .global_tables import GlobalTables
 from .record_order import interleave_lanes, merge_by_timestamp
 from .metrics import TaskMetrics
+from .pacing import Pauses, frontier
+from .progress import marker, repartition_writers, writer_rank, written_repartition_topics
 from .standby import StandbyTasks
 from .task import Task, parse_task_id, task_id
 from .task_inputs import TaskInputs
 from .topics_setup import prepare_topics
+from .writer_merge import CommitNote
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ SLICE = 1000  # records processed between looks at the clock
 MAX_BLOCKING = 0.05  # s of processing before the event loop gets a turn
 FINAL_COMMIT_WAIT = 30.0  # s a stopping worker waits for a rebalance to take its offsets
 TOPIC_CHECK_INTERVAL = 5.0  # s between checks that the app's topics still exist as planned
+MARKER_INTERVAL = 0.1  # s between progress markers of a task whose progress changed (see .progress)
+PURGE_INTERVAL = 30.0  # s between deletions of repartition records below the committed offsets
 
 
 class Worker:
@@ -90,6 +95,10 @@ class Worker:
         """The last commit's input offsets were refused by a rebalancing group."""
         self._retired_producers: List[Producer] = []
         """Producers of closed tasks, shut down at the next opportunity (closing is async)."""
+        self._pauses = Pauses()
+        self._next_purge = time.monotonic() + PURGE_INTERVAL
+        self._announced: Dict[str, tuple] = {}
+        """Per task: the progress its last markers announced (see _send_markers)."""
 
     def stop(self) -> None:
         """Ask the loop to commit and exit (safe to call from a signal handler)."""
@@ -100,6 +109,7 @@ class Worker:
         app, topology, transport = self.app, self.topology, self.transport
         with_dlq = "dead_letter" in (app.deserialization_error_handler, app.processing_error_handler)
         self.partitions = prepare_topics(topology, transport.admin, with_dlq=with_dlq)
+        self._writers = repartition_writers(topology, self.partitions)
         self._plan_tasks = {}
         for sub_id, partition in tasks_of(topology, self.partitions):
             sub = topology.sub_topologies[sub_id]
@@ -153,6 +163,7 @@ class Worker:
         cache_limit = self.app.cache_max_bytes
         assert self._membership is not None
         waits_for_group = self._membership.group_managed  # not idle before the group assigned tasks
+        next_markers = now + MARKER_INTERVAL
         while not self._stopping:
             if await self._rebalance():
                 idle_since = time.monotonic()  # new work restarts the --until-idle clock
@@ -166,12 +177,15 @@ class Worker:
             fetch_started = time.monotonic()
             assert self._globals is not None
             await self._globals.update()
-            if await self._process_available():
+            if await self._process_available() or self._holding_back():
                 idle_since = None
             elif idle_since is None:
                 idle_since = fetch_started
             for task in self.tasks.values():
                 task.punctuate_wall_clock()
+            if time.monotonic() >= next_markers:
+                self._send_markers()
+                next_markers = time.monotonic() + MARKER_INTERVAL
             await self._send_outputs()
             assert self._standbys is not None
             await self._standbys.tail()
@@ -210,15 +224,18 @@ class Worker:
             return False
         # A group member keeps fetching even without tasks: that is how it stays in the group.
         batches = await self._consumer.fetch(FETCH_WAIT)
+        self._account_lost()
         lookup = self._task_of_partition
+        now = time.monotonic()
         for batch in batches:
             tp = TopicPartition(batch.topic, batch.partition)
             task = lookup.get(tp)
             if task is not None:
-                self._inputs[task.id].add(tp, batch.records)
-        now = time.monotonic()
+                self._inputs[task.id].add(tp, batch.records, now)
         has_unread = self._consumer.has_unread
-        lanes = [inputs.release(now, self._max_task_idle, has_unread) for inputs in self._inputs.values()]
+        limit = frontier(self._inputs.values(), has_unread)
+        lanes = [inputs.release(now, self._max_task_idle, has_unread, limit if inputs.sources_only else None)
+                 for inputs in self._inputs.values()]
         processed = False
         last_yield = time.monotonic()
         for tp, records in interleave_lanes(lanes, SLICE):
@@ -230,8 +247,61 @@ class Worker:
                 # topology must not get this worker thrown out of its group.
                 await asyncio.sleep(0)
                 last_yield = time.monotonic()
+        for tid, inputs in self._inputs.items():
+            if inputs.merges:  # processed out of offset order: resume at the first record not processed
+                self.tasks[tid].positions.update(inputs.merge_positions())
+        pause, resume = self._pauses.update(self._inputs.values())
+        for tp in pause:
+            self._consumer.unassign([tp])
+        for tp, offset in resume.items():
+            self._consumer.assign([tp], {tp: offset})
         return processed
 
+    def _holding_back(self) -> bool:
+        """Whether a task holds records that a writer's progress will release (not idle)."""
+        now = time.monotonic()
+        return any(merge.held and merge.busy(now, self._max_task_idle)
+                   for inputs in self._inputs.values() for merge in inputs.merges.values())
+
+    def _account_lost(self) -> None:
+        """Records deleted before they were read: counted and logged for a source topic;
+        for an internal topic (only this app reads it, and purges it below its commits) a
+        bug, which stops the worker."""
+        assert self._consumer is not None
+        for tp, first, end in self._consumer.take_lost():
+            task = self._task_of_partition.get(tp)
+            spec = self.topology.topics.get(tp.topic)
+            if spec is not None and spec.internal:
+                raise StreamkitError(
+                    f"internal topic {tp.topic}[{tp.partition}]: offsets {first} to {end - 1} were deleted "
+                    f"before app {self.app.id} read them; its results would be wrong. Reset the app "
+                    "(delete its group, internal topics and state) and reprocess")
+            log.warning("%s[%d]: %d record(s) at offsets %d to %d were deleted (retention, compaction or an "
+                        "offset reset) before task %s read them: they are lost to this app", tp.topic,
+                        tp.partition, end - first, first, end - 1, task.id if task is not None else "?")
+            if task is not None:
+                task.metrics.records_lost_to_retention += end - first
+
+    def _send_markers(self) -> None:
+        """Each task that writes repartition topics announces its progress to every partition
+        of them when it changed: its stream time, and whether it is idle (see .progress)."""
+        assert self._consumer is not None
+        now = time.monotonic()
+        has_unread = self._consumer.has_unread
+        for tid, task in self.tasks.items():
+            sub_id = task.sub_topology.id
+            topics = written_repartition_topics(self.topology, sub_id)
+            if not topics:
+                continue
+            idle = self._inputs[tid].idle(now, self._max_task_idle, has_unread)
+            progress = (task.stream_time, idle, task.metrics.records_processed)
+            if self._announced.get(tid) == progress:
+                continue
+            self._announced[tid] = progress
+            record = marker(writer_rank(sub_id, task.partition), task.stream_time, idle)
+            for topic in topics:
+                for partition in range(self.partitions[topic]):
+                    task.collector.send_batch(topic, partition, [record])
     # -- membership -----------------------------------------------------------------
     async def _rebalance(self) -> bool:
         """Follow the group: commit when a rebalance revokes tasks, then apply a new
@@ -273,7 +343,10 @@ class Worker:
             if resolved:
                 log.info("settled %d transaction(s) left by a stopped worker", resolved)
         for tid, task in self.tasks.items():  # kept across a rebalance: continue where they were
-            self._inputs[tid].clear()  # re-read from the processed positions
+            inputs = self._inputs[tid]
+            task.positions.update(inputs.merge_positions())
+            inputs.clear()  # re-read from the processed positions
+            self._pauses.forget(task.input_partitions)
             self._consumer.assign(task.input_partitions, task.positions)
         for tid in new:
             if self._membership is not None and self._membership.revocation_pending():
@@ -298,6 +371,11 @@ class Worker:
         self.tasks[tid] = task
         inputs = task.input_partitions
         positions = await self._consumer.committed(inputs)
+        notes = {tp: CommitNote.decode(text) for tp, text in (await self._consumer.committed_metadata(inputs)).items()}
+        # Stream time as committed: a writer's stream time must never go back (see .progress).
+        committed_time = max((note.stream_time for note in notes.values()), default=-1)
+        if committed_time > task.context.stream_time:
+            task.context.stream_time = committed_time
         lost = task.store_set.lost_unlogged
         if lost and positions:
             # Replaying input for one store would apply it twice to the others: the
@@ -306,7 +384,7 @@ class Worker:
                         "task's state from the start of the input (with its outputs muted up to the "
                         "committed offsets)", tid, ", ".join(lost))
             task.rebuild_from_input(positions)
-            positions = {}
+            positions, notes = {}, {}
         else:
             self.restored[tid] = await restore_task_stores(
                 tid, task.store_set, self._restore_consumer, self.transport.admin)
@@ -314,7 +392,8 @@ class Worker:
         task.positions.update(positions)  # where to resume if the group moves it before it reads
         for tp in inputs:
             self._task_of_partition[tp] = task
-        self._inputs[tid] = TaskInputs(inputs)
+        writers = {tp: self._writers[tp.topic] for tp in inputs if tp.topic in self._writers}
+        self._inputs[tid] = TaskInputs(inputs, writers, {tp: notes[tp].cursor for tp in writers if tp in notes})
         log.info("task %s started at %s", tid,
                  ", ".join(f"{tp.topic}[{tp.partition}]@{positions.get(tp, 'earliest')}" for tp in inputs))
 
@@ -333,6 +412,8 @@ class Worker:
         for tp in task.input_partitions:
             self._task_of_partition.pop(tp, None)
         self._inputs.pop(tid, None)
+        self._announced.pop(tid, None)
+        self._pauses.forget(task.input_partitions)
         task.close_sinks(dirty=dirty)
         task.store_set.close()
         producer = self._producers.pop(tid, None) if self._per_task_producers else None
@@ -403,9 +484,10 @@ class Worker:
         """
         assert self._consumer is not None
         self._commit_deferred = False
-        # Step 1.
+        # Step 1 (progress markers after the flushed records: they announce what follows them).
         for task in self.tasks.values():
             task.prepare_commit()
+        self._send_markers()
         # Step 2.
         for task in self.tasks.values():
             # Stamped with the wall clock, not stream time: window changelogs are also deleted
@@ -424,22 +506,23 @@ class Worker:
                 producer = self._producers[tid]
                 try:
                     self._changelog_ends.update(await producer.delivered())
-                    await producer.commit_transaction(self.app.id, task.positions)
+                    await producer.commit_transaction(self.app.id, task.positions, self._commit_notes(tid))
                 except TaskMigratedError as exc:
                     log.warning("task %s: %s", tid, exc)
                     self._close_task(tid, dirty=True)
         else:
-            offsets = {}
-            for task in self.tasks.values():
+            offsets, notes = {}, {}
+            for tid, task in self.tasks.items():
                 offsets.update(task.positions)
+                notes.update(self._commit_notes(tid))
             shared = self._producers[SHARED]
             self._changelog_ends.update(await shared.delivered())
             if self.exactly_once:
-                await shared.commit_transaction(self.app.id, offsets)
+                await shared.commit_transaction(self.app.id, offsets, notes)
             else:
                 await shared.flush()
                 try:
-                    await self._consumer.commit(offsets)
+                    await self._consumer.commit(offsets, notes)
                 except RebalanceInProgressError as exc:
                     log.debug("%s", exc)  # the revocation's commit carries these offsets
                     self._commit_deferred = True
@@ -459,6 +542,30 @@ class Worker:
         if self.exactly_once:
             for producer in self._producers.values():
                 await producer.begin_transaction()
+        if time.monotonic() >= self._next_purge and not self._commit_deferred:
+            await self._purge_repartition_topics()
+            self._next_purge = time.monotonic() + PURGE_INTERVAL
+
+    async def _purge_repartition_topics(self) -> None:
+        """Delete repartition records below the committed offsets (each repartition
+        partition has one reader, this app's task): the topics keep everything until
+        read (``retention.ms=-1``), and no longer."""
+        repartition = set(self.topology.repartition_topics)
+        below = {tp: offset for task in self.tasks.values() for tp, offset in task.positions.items()
+                 if tp.topic in repartition}
+        if not below:
+            return
+        try:
+            await asyncio.to_thread(self.transport.admin.delete_records, below)
+        except Exception as exc:  # noqa: BLE001 - purging saves space; reading never depends on it
+            log.warning("could not delete processed repartition records (%s); retrying in %.0f s",
+                        exc, PURGE_INTERVAL)
+
+    def _commit_notes(self, tid: str) -> Dict[TopicPartition, str]:
+        """The metadata committed with each input offset of ``tid`` (see CommitNote)."""
+        task = self.tasks[tid]
+        cursors = self._inputs[tid].cursors(task.positions)
+        return {tp: CommitNote(task.stream_time, cursors.get(tp, {})).encode() for tp in task.positions}
 
     async def _commit_sinks(self) -> None:
         """Deliver each task's external-sink records (blocking I/O, run in a thread). A sink

@@ -1,22 +1,24 @@
 """The order in which a replayed task takes its input: the live runtime's order, as a sort key.
 
-A live task takes the record with the smallest timestamp next across its input
-partitions, each partition in offset order, ties going to the input listed first
-(:mod:`streamkit.runtime.task_inputs`); what several tasks send to one partition
-of a repartition topic is merged the same way (:func:`~streamkit.runtime.record_order.merge_by_timestamp`).
+A live task takes the record with the smallest order key next across its input
+partitions, ties going to the input listed first (:mod:`streamkit.runtime.task_inputs`).
+A source partition is read in offset order and its key is the record's timestamp;
+a repartition partition's writers are merged by (writer stream time, writer rank,
+offset) (:mod:`streamkit.runtime.writer_merge`), and its key is the writer stream time.
 
 Such a greedy merge of sequences is a sort: a record's place is given by the
-running maximum of the timestamps of its own sequence up to it (``pmax``), then
-the sequence's rank, then its position in the sequence. (The record at the head
-of a sequence whose earlier records had larger timestamps cannot be taken before
-those records, and once they are taken nothing in the merge is below their
-maximum, so it goes right after them.) A merged sequence's own running maximum is
-again each record's ``pmax``, so the key composes through any number of
-repartitions: ``(pmax, input index, sending task, sequence)``.
+running maximum of the keys of its own sequence up to it (``pmax``), then the
+sequence's rank, then its position in the sequence. (The record at the head of a
+sequence whose earlier records had larger keys cannot be taken before those
+records, and once they are taken nothing in the merge is below their maximum, so
+it goes right after them.) For a source partition ``pmax`` is the running maximum
+timestamp; for a repartition record it is the writer stream time the record carries
+(never decreasing per writer), and the sending task is the writer's rank. So the
+key is ``(pmax, input index, sending task, sequence)`` at every stage.
 
-The live runtime reaches this order when all input is available, which is the
-case for historical data; with input arriving while it runs, its order depends
-on timing (and on ``max_task_idle``), so a replay is the run that had all of it.
+The live runtime reaches this order whatever the timing, except where an input
+stayed empty for longer than ``max_task_idle`` while more of it was still to be
+produced (see docs/time-and-ordering.md); a replay is the run that had all of it.
 """
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..errors import ConfigError
+from ..runtime.progress import read_stamp
 from ..topology import Topology
 from ..topology.passes import resolve_partitions
 from .fidelity import check_replayable
@@ -258,6 +259,11 @@ class _Stages:
     def _internal_feed(upstream: Any, topic: str, index: int) -> Any:
         def keyed(row: Tuple[Any, ...], index: int = index) -> Any:
             _kind, _topic, partition, pmax, sender, sequence, ts, key, value, headers = row
+            stamp = read_stamp((-1, ts, key, value, headers)) if headers else None
+            if stamp is not None:
+                # A repartition record: the live reader merges its writers by (writer stream
+                # time, writer rank, offset) (runtime.writer_merge); so does the replay.
+                pmax, sender, headers = stamp.stream_time, stamp.rank, headers[:-1] or None
             return (partition, pmax, index, sender, sequence), (_topic, -1, ts, key, value, headers)
         return upstream.filter(lambda row, topic=topic: row[0] == "topic" and row[1] == topic).map(keyed)
 

@@ -34,7 +34,8 @@ def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, Stor
             rep = next(n for n in logical if n.name == node.name)
             assert isinstance(rep, RepartitionNode)
             all_topics[node.topic] = TopicSpec(node.topic, node.key_serde, node.value_serde,
-                                               partitions=rep.partitions, internal=True)
+                                               partitions=rep.partitions, config=dict(REPARTITION_CONFIG),
+                                               internal=True)
     for store in stores.values():
         if store.changelog:
             topic = f"{app_id}-{store.name}-changelog"
@@ -57,6 +58,11 @@ def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, Stor
 
 CHANGELOG_EXTRA_RETENTION_MS = 24 * 60 * 60 * 1000
 """How much longer than its store a window changelog keeps records (Kafka Streams' default)."""
+
+
+REPARTITION_CONFIG: Mapping[str, str] = {"retention.ms": "-1"}
+"""A repartition topic keeps its records until the app purges them below its committed
+offsets (as Kafka Streams does): time retention never deletes one before it is read."""
 
 
 def changelog_config(store: StoreSpec) -> Dict[str, str]:

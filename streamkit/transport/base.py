@@ -95,6 +95,15 @@ class Admin(abc.ABC):
     def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Set these committed offsets, moving them backwards if need be."""
 
+    @abc.abstractmethod
+    def delete_records(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Delete every record below ``offsets`` (move the log start), as Kafka's DeleteRecords.
+
+        Idempotent: a start is never moved backwards (a lower offset changes nothing).
+        An offset past a partition's end is an error. A broker that cannot delete records
+        logs a WARNING once and keeps them (deleting is an optimisation, never needed
+        for correctness)."""
+
 
 class Consumer(abc.ABC):
     """Reads assigned partitions in batches and commits a group's offsets."""
@@ -111,12 +120,18 @@ class Consumer(abc.ABC):
         """Records available now, waiting up to ``max_wait`` seconds for some."""
 
     @abc.abstractmethod
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Durably record the next offset to read per partition."""
+    async def commit(self, offsets: Mapping[TopicPartition, int],
+                     metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
+        """Durably record the next offset to read per partition, each with its
+        ``metadata`` string (Kafka's offset commit metadata; "" where absent)."""
 
     @abc.abstractmethod
     async def committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offsets of ``partitions`` (absent where none)."""
+
+    async def committed_metadata(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, str]:
+        """The metadata committed with the offsets of ``partitions`` (absent where none)."""
+        return {}
 
     def has_unread(self, partition: TopicPartition) -> Optional[bool]:
         """Whether the broker holds records of ``partition`` past what was fetched (None:
@@ -126,6 +141,18 @@ class Consumer(abc.ABC):
     @abc.abstractmethod
     def position(self, partition: TopicPartition) -> int:
         """The next offset a fetch of ``partition`` would return (past skipped markers)."""
+
+    def take_lost(self) -> list[Tuple[TopicPartition, int, int]]:
+        """Ranges [first, end) of offsets of assigned partitions that were deleted before this
+        consumer read them, since the last call.
+
+        A range is lost when the offset the consumer was to read next (an assigned
+        position, a committed offset, the end of the previous fetch) is below the
+        partition's log start (retention, delete_records, a reset below the start); the
+        consumer then goes on from the log start. Holes that compaction leaves inside a
+        compacted log are not losses. Reading from the earliest offset (no position
+        given) loses nothing."""
+        return []
 
     def close(self) -> None:
         """Release resources."""
@@ -156,9 +183,10 @@ class Producer(abc.ABC):
     async def begin_transaction(self) -> None:
         raise NotImplementedError(f"{type(self).__name__} is not transactional")
 
-    async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Make what was sent since ``begin_transaction`` and the group's ``offsets``
-        visible together."""
+    async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int],
+                                 metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
+        """Make what was sent since ``begin_transaction`` and the group's ``offsets`` (each
+        with its ``metadata`` string) visible together."""
         raise NotImplementedError(f"{type(self).__name__} is not transactional")
 
     async def abort_transaction(self) -> None:

@@ -27,32 +27,34 @@ def _order(runs):
 
 def test_records_of_two_inputs_run_by_timestamp_ties_to_the_first_listed() -> None:
     inputs = TaskInputs([TABLE, STREAM])
-    inputs.add(TABLE, _records(1, 5, 9))
-    inputs.add(STREAM, _records(2, 5, 6, 10))
+    inputs.add(TABLE, _records(1, 5, 9), 0.0)
+    inputs.add(STREAM, _records(2, 5, 6, 10), 0.0)
     runs = inputs.release(0.0, 0.0, lambda tp: False)
     assert _order(runs) == [("table", 1), ("stream", 2), ("table", 5), ("stream", 5), ("stream", 6),
                             ("table", 9), ("stream", 10)]
     assert inputs.pending() == 0
 
 
-def test_an_input_with_unread_records_is_waited_for_briefly() -> None:
+def test_an_input_with_unread_records_is_waited_for_as_long_as_the_broker_has_more() -> None:
     inputs = TaskInputs([TABLE, STREAM])
-    inputs.add(TABLE, _records(1, 2))
-    inputs.add(STREAM, _records(1, 3, 4))
+    inputs.add(TABLE, _records(1, 2), 0.0)
+    inputs.add(STREAM, _records(1, 3, 4), 0.0)
     # the table runs dry at 2 while the broker has more of it: stop there
     assert _order(inputs.release(0.0, 0.0, lambda tp: tp == TABLE)) == [("table", 1), ("stream", 1),
                                                                           ("table", 2)]
     assert _order(inputs.release(0.1, 0.0, lambda tp: tp == TABLE)) == []  # still waiting
-    inputs.add(TABLE, _records(3))  # the rest of the table arrived: nothing unread any more
+    inputs.add(TABLE, _records(3), 0.0)  # the rest of the table arrived: nothing unread any more
     assert _order(inputs.release(0.2, 0.0, lambda tp: False)) == [("table", 3), ("stream", 3), ("stream", 4)]
-    # waited long enough (LAG_WAIT): the stream goes ahead
-    inputs.add(STREAM, _records(7))
-    assert _order(inputs.release(5.0, 0.0, lambda tp: True)) == [("stream", 7)]
+    # however long the table has unread records, the stream does not go past it
+    inputs.add(STREAM, _records(7), 0.0)
+    assert _order(inputs.release(500.0, 0.0, lambda tp: True)) == []
+    # caught up (nothing unread) and max_task_idle 0: the stream goes ahead
+    assert _order(inputs.release(500.1, 0.0, lambda tp: False)) == [("stream", 7)]
 
 
 def test_max_task_idle_waits_for_an_input_without_records_then_goes_ahead() -> None:
     inputs = TaskInputs([TABLE, STREAM])
-    inputs.add(STREAM, _records(1, 2))
+    inputs.add(STREAM, _records(1, 2), 0.0)
     assert inputs.release(10.0, 2.0, lambda tp: False) == []
     assert inputs.release(11.9, 2.0, lambda tp: False) == []
     assert _order(inputs.release(12.0, 2.0, lambda tp: False)) == [("stream", 1), ("stream", 2)]
@@ -60,7 +62,7 @@ def test_max_task_idle_waits_for_an_input_without_records_then_goes_ahead() -> N
 
 def test_without_waiting_an_empty_input_does_not_hold_the_others() -> None:
     inputs = TaskInputs([TABLE, STREAM])
-    inputs.add(STREAM, _records(1, 2))
+    inputs.add(STREAM, _records(1, 2), 0.0)
     assert _order(inputs.release(0.0, 0.0, lambda tp: False)) == [("stream", 1), ("stream", 2)]
 
 

@@ -165,6 +165,7 @@ def test_internal_topic_names_and_specs() -> None:
     assert topology.repartition_topics == ("pageviews-page-counts-repartition", "pageviews-top-repartition")
     spec = topology.topics["pageviews-top-repartition"]
     assert spec.internal and spec.partitions is None
+    assert spec.config == {"retention.ms": "-1"}  # purged by the app, never by time (as Kafka Streams)
     assert not topology.topics["in"].internal
     assert [s.id for s in topology.sub_topologies] == [0, 1, 2]
     assert topology.changelog_topic("top") == "pageviews-top-changelog"

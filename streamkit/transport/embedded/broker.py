@@ -32,10 +32,11 @@ from streamkit.transport.embedded.errors import (
     UnknownTopicError)
 from streamkit.transport.embedded.group_store import (
     TRASH_PREFIX, GroupStore, TaskLock, fsync_dir, validate_offsets, write_json_atomic)
-from streamkit.transport.embedded.housekeeping import Housekeeper
+from streamkit.transport.embedded.housekeeping import Housekeeper, try_cleaner_lock
 from streamkit.transport.embedded.partition_log import (
     LOCK_FILE_NAME, LogGoneError, PartitionLog, segment_file_name)
 from streamkit.transport.embedded.reader import PartitionReader
+from streamkit.transport.embedded.retention import drop_segments_below_start
 from streamkit.transport.embedded.topic_config import TopicConfig, validate_topic_config
 from streamkit.transport.embedded.transactions import Transaction, TransactionCoordinator
 
@@ -168,6 +169,29 @@ class EmbeddedBroker(Admin):
     def partition_offsets(self, topic: str, partition: int) -> PartitionOffsets:
         return self._log(topic, partition, refresh=True).offsets()
 
+    def delete_records(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Delete every record below ``offsets`` (move the log start), as Kafka's DeleteRecords.
+
+        Idempotent; a start is never moved down (a lower offset changes nothing). The
+        start is recorded durably first; segment files wholly below it are unlinked now
+        if no cleaner is busy with the partition, else by the next housekeeping pass.
+        ValueError for an offset past a partition's end; UnknownTopicError,
+        UnknownPartitionError for a partition that does not exist.
+        """
+        self._check_open()
+        for tp, offset in offsets.items():
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                raise ValueError(f"topic '{tp.topic}' partition {tp.partition}: cannot delete records "
+                                 f"below {offset!r}: give an offset >= 0")
+            log = self._log(tp.topic, tp.partition, refresh=True)
+            try:
+                log.advance_start(offset)
+            except LogGoneError:
+                raise UnknownTopicError(f"topic '{tp.topic}' was deleted while deleting records") from None
+            with try_cleaner_lock(log) as locked:
+                if locked:
+                    drop_segments_below_start(log)
+
     # ------------------------------------------------------------------ records
 
     def append(self, topic: str, partition: int, records: Sequence[OutgoingRecord]) -> int:
@@ -253,10 +277,16 @@ class EmbeddedBroker(Admin):
     def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
         return self._groups.committed(group)
 
-    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Merge `offsets` (next offset to read, per partition) into the group's, durably."""
+    def committed_metadata(self, group: str) -> dict[TopicPartition, str]:
+        """The metadata strings committed with the group's offsets."""
+        return self._groups.committed_metadata(group)
+
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int],
+                       metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
+        """Merge `offsets` (next offset to read, per partition, with optional metadata
+        strings) into the group's, durably."""
         self._check_open()
-        self._groups.commit(group, offsets)
+        self._groups.commit(group, offsets, metadata=metadata)
 
     def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Set the group's offsets of these partitions (others are kept); for the CLI.

@@ -175,9 +175,19 @@ class GroupStore:
     def offsets_path(self, group: str) -> Path:
         return self._group_dir(group) / OFFSETS_FILE
 
+    def committed_metadata(self, group: str) -> dict[TopicPartition, str]:
+        """The metadata strings committed with the group's offsets (absent where none)."""
+        data = _read_json(self._group_dir(group) / OFFSETS_FILE)
+        return {TopicPartition(topic, int(partition)): text
+                for topic, partitions in data.get("metadata", {}).items()
+                for partition, text in partitions.items()}
+
     def commit(self, group: str, offsets: Mapping[TopicPartition, int], *,
-               txn: Optional[tuple[str, int]] = None, durable: bool = True) -> bool:
+               txn: Optional[tuple[str, int]] = None, durable: bool = True,
+               metadata: Optional[Mapping[TopicPartition, str]] = None) -> bool:
         """Merge `offsets` into the group's committed offsets, atomically (and durably).
+        Each committed partition's metadata becomes its entry in `metadata` (none if absent),
+        as a Kafka offset commit replaces it.
 
         With `txn` = (transactional id, transaction id) the merge happens once: it is
         skipped if that transaction (or a later one of the same transactional id) was
@@ -202,6 +212,16 @@ class GroupStore:
             for (topic, partition), offset in sorted(merged.items()):
                 nested.setdefault(topic, {})[str(partition)] = offset
             out: dict = {"offsets": nested}
+            notes = {topic: dict(partitions) for topic, partitions in data.get("metadata", {}).items()}
+            for topic, partition in entries:
+                text = (metadata or {}).get(TopicPartition(topic, partition))
+                if text:
+                    notes.setdefault(topic, {})[str(partition)] = text
+                else:
+                    notes.get(topic, {}).pop(str(partition), None)
+            notes = {topic: partitions for topic, partitions in notes.items() if partitions}
+            if notes:
+                out["metadata"] = notes
             if applied:
                 out["transactions"] = [[tid, seq] for tid, seq in applied.items()]
             write_json_atomic(path, out, durable=durable)

@@ -12,13 +12,14 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Optional
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from streamkit.transport.embedded.compaction import compact
 from streamkit.transport.embedded.errors import EmbeddedBrokerError, UnknownTopicError
 from streamkit.transport.embedded.partition_log import (
     CLEANER_LOCK_NAME, TEMP_PREFIX, PartitionLog)
-from streamkit.transport.embedded.retention import apply_retention
+from streamkit.transport.embedded.retention import apply_retention, drop_segments_below_start
 from streamkit.transport.embedded.sealed_segment import SegmentStats, segment_stats
 from streamkit.transport.embedded.topic_config import TopicConfig
 
@@ -64,27 +65,20 @@ class Housekeeper:
 
     def _partition(self, log: PartitionLog, config: TopicConfig, now_ms: int,
                    counts: dict[str, int]) -> None:
-        try:
-            fd = os.open(log.file_path(CLEANER_LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:
-            return  # the topic was deleted
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                logger.debug("%s: another process is cleaning it", log.describe())
+        with try_cleaner_lock(log) as locked:
+            if not locked:
                 return
             _remove_temp_files(log)
             if config.delete:
                 deleted, removed = apply_retention(log, config, now_ms, self._stats_of)
                 counts["segments_deleted"] += deleted
                 counts["records_removed"] += removed
+            else:  # what delete_records left below the start
+                counts["segments_deleted"] += drop_segments_below_start(log)
             if config.compact:
                 rewritten, removed = compact(log, config, now_ms, self._stats_of)
                 counts["segments_compacted"] += rewritten
                 counts["records_removed"] += removed
-        finally:
-            os.close(fd)
 
     def _stats_of(self, log: PartitionLog, base: int) -> SegmentStats:
         """Stats of a sealed segment, cached by file identity (sealed files never change)."""
@@ -129,6 +123,27 @@ class Housekeeper:
                 self.run()
             except Exception:
                 logger.exception("housekeeping pass failed")
+
+
+@contextmanager
+def try_cleaner_lock(log: PartitionLog) -> Iterator[bool]:
+    """Hold the partition's cleaner lock if nobody does (True), else yield False at once
+    (also when the topic was deleted)."""
+    try:
+        fd = os.open(log.file_path(CLEANER_LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        yield False  # the topic was deleted
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.debug("%s: another process is cleaning it", log.describe())
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _remove_temp_files(log: PartitionLog) -> None:

@@ -6,7 +6,8 @@ record (``<base_offset:020d>.log``), each a sequence of record batches
 
     .lock              flock'ed (exclusive) by appenders, and by the cleaner for a rename
     .cleaner.lock      flock'ed (non-blocking) by the process running housekeeping on it
-    log-start-offset   the first offset still readable, moved up by retention
+    log-start-offset   the first offset still readable, moved up by retention and
+                       delete_records (also into the middle of a segment)
     cleaner-checkpoint.json  where the last compaction stopped (no open transaction
                        below that offset) and when tombstones it kept fall due
 
@@ -294,14 +295,37 @@ class PartitionLog:
     # ------------------------------------------------------------------ offsets
 
     def start_offset(self) -> int:
-        """First offset still stored: the first segment's base, or the log-start-offset
-        retention recorded if that is higher (segments below it are being deleted)."""
+        """First offset still readable: the first segment's base, or the log-start-offset
+        retention or delete_records recorded if that is higher (segments wholly below it
+        are being deleted; records below it in a segment that stays are not read)."""
         segments = list_segments(self.directory)
         first = segments[0] if segments else 0
         recorded = read_int_file(self.file_path(START_OFFSET_FILE))
         if recorded is not None and recorded > first:
-            return min(recorded, segments[-1]) if segments else recorded
+            return recorded
         return first
+
+    def advance_start(self, offset: int) -> int:
+        """Move the log start up to ``offset``, durably, never down; return the start.
+
+        Under the append lock, so that two movers (retention, delete_records, in any
+        process) never write a lower start over a higher one. ValueError if ``offset``
+        is past the end of the log (as Kafka's DeleteRecords: OFFSET_OUT_OF_RANGE).
+        """
+        with self._mutex:
+            self._lock_exclusive()
+            try:
+                self._refresh()
+                if offset > self._end:
+                    raise ValueError(f"{self.describe()}: cannot delete records below offset {offset}: "
+                                     f"the log ends at {self._end}")
+                start = self.start_offset()
+                if offset > start:
+                    write_int_file(self.file_path(START_OFFSET_FILE), offset)
+                    return offset
+                return start
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def end_offset(self) -> int:
         """Offset after the last complete, valid batch. Takes no lock, truncates nothing."""

@@ -14,6 +14,11 @@ has open: it keeps reading its open file, whose contents stay consistent, and
 re-finds its offset among the files of now when that file ends without a
 successor, or when it waits at a transaction whose marker the cleaner removed
 after rewriting its data.
+
+Whenever the reader looks for its offset (a seek, a re-find) and finds it below the
+log start, it goes on from the start and records the skipped range as lost
+(``take_lost``), unless it was told to read from the start. Records still in a file
+it has open are read, even below a start that moved meanwhile: they are not lost.
 """
 from __future__ import annotations
 
@@ -81,19 +86,49 @@ class PartitionReader:
         self._directory_id = file_id(self._directory)  # tells a recreated topic apart
         self._outcomes: Outcomes = {}  # transaction outcomes learned from markers
         self._walker: Optional[BatchWalker] = None  # look-ahead for unknown outcomes
+        self._lost: list[tuple[int, int]] = []  # [first, end) deleted before they were read
+        self._earliest = True  # reading from the log start, wherever it moves until located
         self.position: int = log.start_offset()
         """Offset of the next record read() returns."""
 
     def seek(self, offset: int) -> None:
-        """Read from `offset` next; clamped to the log start, may be beyond the end."""
+        """Read from `offset` next; may be beyond the end. An offset below the log start
+        reads from the start, and the range in between is lost (see take_lost)."""
         if self._closed:
             raise EmbeddedBrokerError(f"{self._log.describe()}: reader is closed")
-        offset = max(int(offset), self._log.start_offset())
+        offset = int(offset)
+        start = self._log.start_offset()
+        self._earliest = False
+        if offset < start:
+            self._lose(offset, start)
+            offset = start
         if offset == self.position and self._located:
             return
         self.position = offset
         self._pending = []
         self._located = False
+
+    def seek_to_start(self) -> None:
+        """Read from the log start next, wherever it is when the reader gets there."""
+        if self._closed:
+            raise EmbeddedBrokerError(f"{self._log.describe()}: reader is closed")
+        self._earliest = True
+        self.position = self._log.start_offset()
+        self._pending = []
+        self._located = False
+
+    def take_lost(self) -> list[tuple[int, int]]:
+        """Ranges [first, end) the reader was to read but were deleted first (retention,
+        delete_records: the log start passed them), since the last call."""
+        lost, self._lost = self._lost, []
+        return lost
+
+    def _lose(self, first: int, end: int) -> None:
+        if end <= first:
+            return
+        if self._lost and self._lost[-1][1] == first:
+            first = self._lost.pop()[0]
+        self._lost.append((first, end))
 
     def read(self, max_records: int = 10_000) -> list[RawRecord]:
         """Up to `max_records` records from `position` on, possibly []; never blocks."""
@@ -190,8 +225,11 @@ class PartitionReader:
             segments = self._list_segments()  # segments are only added at the end
             if not segments:
                 return False
-        if offset < segments[0]:
-            offset = self.position = max(segments[0], self._log.start_offset())
+        start = max(segments[0], self._log.start_offset())
+        if offset < start:  # deleted meanwhile (retention, delete_records)
+            if not self._earliest:
+                self._lose(offset, start)
+            offset = self.position = start
         base = segments[bisect.bisect_right(segments, offset) - 1]
         try:
             self._open_segment(base)
@@ -232,6 +270,7 @@ class PartitionReader:
             self._buf, self._buf_pos, self._cur, self._eof = b"", pos, 0, False
         self._next = expected
         self._located = True
+        self._earliest = False  # from here on, what goes before it is read is lost
         return True
 
     def _relocate(self, offset: int) -> bool:

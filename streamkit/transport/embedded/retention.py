@@ -15,7 +15,7 @@ import os
 from typing import Callable
 
 from streamkit.transport.embedded.partition_log import (
-    START_OFFSET_FILE, PartitionLog, fsync_dir, list_segments, read_int_file, write_int_file)
+    START_OFFSET_FILE, PartitionLog, fsync_dir, list_segments, read_int_file)
 from streamkit.transport.embedded.sealed_segment import SegmentStats
 from streamkit.transport.embedded.topic_config import TopicConfig
 
@@ -26,9 +26,10 @@ StatsOf = Callable[[PartitionLog, int], SegmentStats]
 
 def apply_retention(log: PartitionLog, config: TopicConfig, now_ms: int,
                     stats_of: StatsOf) -> tuple[int, int]:
-    """Delete what retention allows; (segments deleted, records removed)."""
+    """Delete what retention allows, and segments wholly below the recorded log start
+    (delete_records; also with infinite retention); (segments deleted, records removed)."""
     if config.retention_ms < 0 and config.retention_bytes < 0:
-        return 0, 0
+        return drop_segments_below_start(log), 0
     segments = list_segments(log.directory)
     if len(segments) < 2:
         return 0, 0
@@ -60,13 +61,32 @@ def apply_retention(log: PartitionLog, config: TopicConfig, now_ms: int,
         return 0, 0
     new_start = segments[len(doomed)]
     if new_start > start:
-        write_int_file(log.file_path(START_OFFSET_FILE), new_start)
-    for base in doomed:
+        log.advance_start(new_start)
+    _unlink(log, doomed)
+    logger.info("%s: retention deleted %d segment(s) (%d records); log start is now %d",
+                log.describe(), len(doomed), records, new_start)
+    return len(doomed), records
+
+
+def drop_segments_below_start(log: PartitionLog) -> int:
+    """Delete the segment files wholly below the recorded log start (never the last one);
+    how many. Under the cleaner lock: the records in them were deleted already."""
+    start = read_int_file(log.file_path(START_OFFSET_FILE))
+    if start is None:
+        return 0
+    segments = list_segments(log.directory)
+    doomed = [base for base, following in zip(segments, segments[1:]) if following <= start]
+    if doomed:
+        _unlink(log, doomed)
+        logger.info("%s: deleted %d segment(s) below the log start %d",
+                    log.describe(), len(doomed), start)
+    return len(doomed)
+
+
+def _unlink(log: PartitionLog, bases: list[int]) -> None:
+    for base in bases:
         try:
             os.unlink(log.segment_path(base))
         except FileNotFoundError:
             pass
     fsync_dir(log.directory)
-    logger.info("%s: retention deleted %d segment(s) (%d records); log start is now %d",
-                log.describe(), len(doomed), records, new_start)
-    return len(doomed), records

@@ -177,14 +177,31 @@ def _tp_list(tps: Iterable[TopicPartition]) -> list[list]:
     return sorted([tp[0], tp[1]] for tp in tps)
 
 
-def _offsets_json(offsets: Mapping[str, Mapping[TopicPartition, int]]) -> dict:
-    return {group: sorted([tp[0], tp[1], off] for tp, off in offs.items())
-            for group, offs in offsets.items()}
+def _offsets_json(offsets: Mapping[str, Mapping[TopicPartition, int]],
+                  metadata: Optional[Mapping[str, Mapping[TopicPartition, str]]] = None) -> dict:
+    """{group: [[topic, partition, offset] or [topic, partition, offset, metadata], ...]}."""
+    metadata = metadata or {}
+    out = {}
+    for group, offs in offsets.items():
+        notes = metadata.get(group, {})
+        out[group] = sorted([tp[0], tp[1], off, notes[tp]] if notes.get(tp) else [tp[0], tp[1], off]
+                            for tp, off in offs.items())
+    return out
 
 
-def _offsets_from_json(data: Mapping[str, list]) -> dict[str, dict[TopicPartition, int]]:
-    return {group: {TopicPartition(t, int(p)): int(o) for t, p, o in entries}
-            for group, entries in data.items()}
+def _offsets_from_json(data: Mapping[str, list]) -> tuple[dict[str, dict[TopicPartition, int]],
+                                                          dict[str, dict[TopicPartition, str]]]:
+    """The offsets and metadata of :func:`_offsets_json`'s output."""
+    offsets: dict[str, dict[TopicPartition, int]] = {}
+    metadata: dict[str, dict[TopicPartition, str]] = {}
+    for group, entries in data.items():
+        offsets[group] = {}
+        for entry in entries:
+            tp = TopicPartition(entry[0], int(entry[1]))
+            offsets[group][tp] = int(entry[2])
+            if len(entry) > 3:
+                metadata.setdefault(group, {})[tp] = str(entry[3])
+    return offsets, metadata
 
 
 _SLOT_HEADER = struct.Struct("<IQII")  # magic, version, length, crc32 of the JSON
@@ -406,8 +423,8 @@ class TransactionCoordinator:
                 log = self._marker(topic, partition, txn, True)
                 if log is not None:
                     touched.append(log)
-            offsets = _offsets_from_json(record.get("offsets", {}))
-            files.extend(self.apply_offsets(ids.transactional_id, txn, offsets))
+            offsets, metadata = _offsets_from_json(record.get("offsets", {}))
+            files.extend(self.apply_offsets(ids.transactional_id, txn, offsets, metadata))
         if record.get("active"):
             open_txn = transaction_id(producer_id, sequence + 1)
             for topic, partition in record.get("registered", []):
@@ -420,12 +437,14 @@ class TransactionCoordinator:
                 "offsets": {}, "registered": []}
 
     def apply_offsets(self, transactional_id: str, txn: int,
-                      offsets: Mapping[str, Mapping[TopicPartition, int]]) -> list[Path]:
-        """Merge the offsets of transaction `txn` (its id: ids of a transactional id only
-        grow) into their groups, once; the files to fsync."""
+                      offsets: Mapping[str, Mapping[TopicPartition, int]],
+                      metadata: Optional[Mapping[str, Mapping[TopicPartition, str]]] = None) -> list[Path]:
+        """Merge the offsets (and their metadata) of transaction `txn` (its id: ids of a
+        transactional id only grow) into their groups, once; the files to fsync."""
         groups = self._broker._groups
         for group, group_offsets in offsets.items():
-            groups.commit(group, group_offsets, txn=(transactional_id, txn), durable=False)
+            groups.commit(group, group_offsets, txn=(transactional_id, txn), durable=False,
+                          metadata=(metadata or {}).get(group))
         return [groups.offsets_path(group) for group in offsets]
 
     def log(self, topic: str, partition: int) -> PartitionLog:
@@ -577,7 +596,7 @@ class _Producer:
                     self.check_fence()
                     self._write_record(sequence=txn.sequence, state="committing",
                                        partitions=_tp_list(txn.touched),
-                                       offsets=_offsets_json(txn.offsets))
+                                       offsets=_offsets_json(txn.offsets, txn.metadata))
             except ProducerFencedError:
                 self._done(txn, "fenced")
                 raise
@@ -617,7 +636,7 @@ class _Producer:
             log.append_marker(txn.id, True)
         self._unsynced_logs = set(txn.touched.values())
         self._unsynced_files = set(self.coordinator.apply_offsets(
-            self.transactional_id, txn.id, txn.offsets))
+            self.transactional_id, txn.id, txn.offsets, txn.metadata))
 
     def abort(self, txn: "Transaction") -> None:
         with self._mutex:
@@ -749,6 +768,7 @@ class Transaction:
         """open, committed, aborted or fenced."""
         self.touched: dict[TopicPartition, PartitionLog] = {}
         self.offsets: dict[str, dict[TopicPartition, int]] = {}
+        self.metadata: dict[str, dict[TopicPartition, str]] = {}
 
     def __repr__(self) -> str:
         return (f"Transaction({self.transactional_id!r}, sequence={self.sequence}, "
@@ -774,11 +794,21 @@ class Transaction:
             raise UnknownTopicError(f"topic '{topic}' was deleted during transaction "
                                     f"{self.sequence} of '{self.transactional_id}'") from None
 
-    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Stage consumer-group offsets; they are committed with the transaction."""
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int],
+                       metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
+        """Stage consumer-group offsets (with metadata strings); they are committed with
+        the transaction."""
         self._check_open()
         encode_name(group, "group name")
-        self.offsets.setdefault(group, {}).update(validate_offsets(offsets))
+        staged = validate_offsets(offsets)
+        self.offsets.setdefault(group, {}).update(staged)
+        notes = self.metadata.setdefault(group, {})
+        for tp in staged:
+            text = (metadata or {}).get(tp)
+            if text:
+                notes[tp] = text
+            else:
+                notes.pop(tp, None)
 
     def commit(self) -> None:
         """Make every append and staged offset visible, atomically and durably.

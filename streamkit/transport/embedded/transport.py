@@ -25,7 +25,10 @@ class EmbeddedConsumer(Consumer):
         for tp in partitions:
             reader = self._broker.reader(tp.topic, tp.partition, read_committed=self._read_committed)
             start = positions.get(tp)
-            reader.seek(start if start is not None else self._broker.partition_offsets(*tp).start)
+            if start is None:
+                reader.seek_to_start()
+            else:
+                reader.seek(start)
             self._readers[tp] = reader
 
     def unassign(self, partitions: Sequence[TopicPartition]) -> None:
@@ -43,6 +46,10 @@ class EmbeddedConsumer(Consumer):
             return None
         return reader.position < self._broker.partition_offsets(*partition).end
 
+    def take_lost(self) -> List[Tuple[TopicPartition, int, int]]:
+        return [(tp, first, end) for tp, reader in self._readers.items()
+                for first, end in reader.take_lost()]
+
     async def fetch(self, max_wait: float) -> List[FetchedBatch]:
         deadline = time.monotonic() + max_wait
         while True:
@@ -55,12 +62,17 @@ class EmbeddedConsumer(Consumer):
                 return out
             await asyncio.sleep(_IDLE_SLEEP)
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    async def commit(self, offsets: Mapping[TopicPartition, int],
+                     metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
         if offsets:
-            self._broker.commit_offsets(self._group, offsets)
+            self._broker.commit_offsets(self._group, offsets, metadata)
 
     async def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
         stored = self._broker.committed_offsets(self._group)
+        return {tp: stored[tp] for tp in partitions if tp in stored}
+
+    async def committed_metadata(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, str]:
+        stored = self._broker.committed_metadata(self._group)
         return {tp: stored[tp] for tp in partitions if tp in stored}
 
     def close(self) -> None:
@@ -92,10 +104,11 @@ class EmbeddedProducer(Producer):
             raise RuntimeError("this producer has no transactional id")
         self._transaction = self._broker.begin_transaction(self._transactional_id)
 
-    async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+    async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int],
+                                 metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
         transaction, self._transaction = self._transaction, None
         if offsets:
-            transaction.commit_offsets(group, offsets)
+            transaction.commit_offsets(group, offsets, metadata)
         transaction.commit()
 
     async def abort_transaction(self) -> None:

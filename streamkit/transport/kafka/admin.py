@@ -7,16 +7,18 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.metadata import MetadataRequest
-from aiokafka.errors import (CommitFailedError, KafkaConnectionError, KafkaError, TopicAlreadyExistsError,
-                             UnknownTopicOrPartitionError, for_code)
+from aiokafka.errors import (CommitFailedError, IncompatibleBrokerVersion, KafkaConnectionError, KafkaError,
+                             OffsetOutOfRangeError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
+                             UnsupportedVersionError, for_code)
 
 from ...errors import BrokerUnavailableError, ConfigError, StreamkitError
 from ..base import Admin, PartitionOffsets, TopicMetadata, TopicPartition
 from .config import KafkaClientConfig
 from .connect import quietly, start_with_retry
+from .no_auto_create import no_topic_auto_creation
 from .loop_thread import BackgroundLoop
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,8 @@ class KafkaAdmin(Admin):
         self._client: Optional[AIOKafkaAdminClient] = None
         self._offsets: Optional[AIOKafkaConsumer] = None
         self._replication_factor: Optional[int] = config.replication_factor
+        self._cannot_delete_records: Optional[str] = None
+        """Why the brokers cannot delete records (DeleteRecords), once we know they cannot."""
 
     # -- connection ---------------------------------------------------------------
     def connect(self) -> None:
@@ -45,7 +49,8 @@ class KafkaAdmin(Admin):
         if self._client is not None:
             return
         async def start() -> None:
-            client = AIOKafkaAdminClient(**self._config.admin_kwargs())  # a fresh one per attempt
+            # a fresh one per attempt
+            client = no_topic_auto_creation(AIOKafkaAdminClient(**self._config.admin_kwargs()))
             try:
                 await client.start()
             except KafkaConnectionError:
@@ -54,8 +59,8 @@ class KafkaAdmin(Admin):
             self._client = client
         await start_with_retry(start, self._servers, self._config.connect_timeout_s, "admin")
         assert self._client is not None
-        self._offsets = AIOKafkaConsumer(**self._config.consumer_kwargs(), enable_auto_commit=False,
-                                         isolation_level="read_uncommitted")
+        self._offsets = no_topic_auto_creation(AIOKafkaConsumer(
+            **self._config.consumer_kwargs(), enable_auto_commit=False, isolation_level="read_uncommitted"))
         await self._offsets.start()
 
     def _call(self, coro) -> Any:
@@ -228,7 +233,8 @@ class KafkaAdmin(Admin):
 
         partitions = [TopicPartition(meta.name, p) for meta in await self._list_topics()
                       for p in range(meta.partitions)]
-        consumer = AIOKafkaConsumer(**self._config.consumer_kwargs(), group_id=group, enable_auto_commit=False)
+        consumer = no_topic_auto_creation(AIOKafkaConsumer(**self._config.consumer_kwargs(), group_id=group,
+                                                           enable_auto_commit=False))
         await consumer.start()
         try:
             return await committed_offsets(consumer, partitions)
@@ -246,7 +252,8 @@ class KafkaAdmin(Admin):
             return
         # A consumer outside the group's membership (generation -1) may commit only
         # while the group has no active members, which is what a reset needs.
-        consumer = AIOKafkaConsumer(**self._config.consumer_kwargs(), group_id=group, enable_auto_commit=False)
+        consumer = no_topic_auto_creation(AIOKafkaConsumer(**self._config.consumer_kwargs(), group_id=group,
+                                                           enable_auto_commit=False))
         await consumer.start()
         try:
             tps = {KafkaTopicPartition(tp.topic, tp.partition): offset for tp, offset in offsets.items()}
@@ -257,6 +264,47 @@ class KafkaAdmin(Admin):
                                  "workers before changing its offsets") from None
         finally:
             await quietly(consumer.stop())
+
+    # -- records ------------------------------------------------------------------
+    def delete_records(self, offsets: Mapping[TopicPartition, int]) -> None:
+        for tp, offset in offsets.items():
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                raise ValueError(f"topic '{tp.topic}' partition {tp.partition}: cannot delete records "
+                                 f"below {offset!r}: give an offset >= 0")
+        if offsets and self._cannot_delete_records is None:
+            self._call(self._delete_records(dict(offsets)))
+
+    async def _delete_records(self, offsets: Dict[TopicPartition, int]) -> None:
+        admin = await self._admin()
+        request = {KafkaTopicPartition(*tp): RecordsToDelete(offset) for tp, offset in offsets.items()}
+        where = ", ".join(f"{tp.topic}[{tp.partition}] below {offset}" for tp, offset in sorted(offsets.items()))
+        try:
+            await admin.delete_records(request, timeout_ms=int(_REQUEST_TIMEOUT * 1000))
+        except (IncompatibleBrokerVersion, UnsupportedVersionError) as exc:
+            self._records_not_deletable(f"{type(exc).__name__}: {exc}")
+        except KafkaConnectionError as exc:
+            # Some Kafka-compatible brokers (Tansu) drop the connection on a DeleteRecords
+            # they do not implement: if they still answer a metadata request, that was it.
+            try:
+                await self._partition_counts([next(iter(offsets)).topic])
+            except KafkaError:
+                raise BrokerUnavailableError(f"deleting records of {where} on {self._servers} failed: "
+                                             f"{exc}") from None
+            self._records_not_deletable(f"the broker closed the connection on DeleteRecords ({exc})")
+        except OffsetOutOfRangeError:
+            raise ValueError(f"cannot delete records of {where} on {self._servers}: an offset is past "
+                             "its partition's end") from None
+        except UnknownTopicOrPartitionError:
+            raise StreamkitError(f"cannot delete records of {where} on {self._servers}: the topic or "
+                                 "partition does not exist") from None
+        except KafkaError as exc:
+            raise StreamkitError(f"deleting records of {where} on {self._servers} failed: "
+                                 f"{type(exc).__name__}: {exc}") from None
+
+    def _records_not_deletable(self, why: str) -> None:
+        self._cannot_delete_records = why
+        log.warning("Kafka at %s cannot delete records (DeleteRecords): %s; records of repartition topics "
+                    "are kept (retention.ms=-1) and the topics grow until they are deleted", self._servers, why)
 
     def close(self) -> None:
         async def stop() -> None:

@@ -1,7 +1,7 @@
 """A consumer of explicitly assigned partitions (restore, standbys, the console consumer)."""
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTopicPartition
@@ -10,7 +10,8 @@ from ...errors import StreamkitError
 from ..base import Consumer, FetchedBatch, TopicPartition
 from .config import KafkaClientConfig
 from .connect import start_with_retry
-from .records import fetch_batches
+from .no_auto_create import no_topic_auto_creation
+from .records import Lost, fetch_batches
 
 
 
@@ -22,10 +23,11 @@ class KafkaAssignedConsumer(Consumer):
         self._group = group
         self._servers = ",".join(config.bootstrap_servers)
         self._connect_timeout = config.connect_timeout_s
-        self._kafka = AIOKafkaConsumer(
+        self._kafka = no_topic_auto_creation(AIOKafkaConsumer(
             **config.consumer_kwargs(), group_id=group, enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed" if read_committed else "read_uncommitted")
+            auto_offset_reset="none",  # a position outside the log is handled by fetch_batches
+            isolation_level="read_committed" if read_committed else "read_uncommitted"))
+        self._lost: Lost = []
         self._started = False
         self._assigned: Set[TopicPartition] = set()
         self._seeks: Dict[TopicPartition, Optional[int]] = {}
@@ -50,6 +52,10 @@ class KafkaAssignedConsumer(Consumer):
     def position(self, partition: TopicPartition) -> int:
         return self._positions.get(partition, 0)
 
+    def take_lost(self) -> List[Tuple[TopicPartition, int, int]]:
+        lost, self._lost = [(tp, first, end) for tp, first, end in self._lost if tp in self._assigned], []
+        return lost
+
     async def _prepare(self) -> None:
         if not self._started:
             await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer")
@@ -73,19 +79,21 @@ class KafkaAssignedConsumer(Consumer):
         if not self._assigned:
             return []
         await self._prepare()
-        out = await fetch_batches(self._kafka, max_wait, f"reading {describe_partitions(self._assigned)}")
+        out = await fetch_batches(self._kafka, max_wait, f"reading {describe_partitions(self._assigned)}",
+                                  self._lost)
         # The position can be past the last record (transaction markers, aborted data).
         for tp in self._assigned:
             self._positions[tp] = await self._kafka.position(KafkaTopicPartition(*tp))
         return out
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    async def commit(self, offsets: Mapping[TopicPartition, int],
+                     metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
         if not offsets:
             return
         if self._group is None:
             raise StreamkitError("this consumer has no group: nothing to commit offsets for")
         await self._prepare()
-        await self._kafka.commit({KafkaTopicPartition(*tp): offset for tp, offset in offsets.items()})
+        await self._kafka.commit(kafka_offsets(offsets, metadata))
 
     async def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
         if self._group is None:
@@ -94,6 +102,11 @@ class KafkaAssignedConsumer(Consumer):
             await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer")
             self._started = True
         return await committed_offsets(self._kafka, partitions)
+
+    async def committed_metadata(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, str]:
+        if self._group is None:
+            return {}
+        return await committed_metadata(self._kafka, partitions)
 
     async def aclose(self) -> None:
         self._assigned.clear()
@@ -114,6 +127,26 @@ async def committed_offsets(kafka: AIOKafkaConsumer, partitions: Sequence[TopicP
         if offset is not None and offset >= 0:
             out[tp] = offset
     return out
+
+
+async def committed_metadata(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition]
+                             ) -> Dict[TopicPartition, str]:
+    """The metadata strings committed with the offsets of ``partitions`` for ``kafka``'s group
+    (aiokafka's ``committed()`` returns the offset only)."""
+    coordinator = kafka._coordinator
+    if coordinator is None or not partitions:
+        return {}
+    fetched = await coordinator.fetch_committed_offsets([KafkaTopicPartition(*tp) for tp in partitions])
+    return {TopicPartition(ktp.topic, ktp.partition): found.metadata
+            for ktp, found in fetched.items() if found is not None and found.offset >= 0 and found.metadata}
+
+
+def kafka_offsets(offsets: Mapping[TopicPartition, int], metadata: Optional[Mapping[TopicPartition, str]]
+                  ) -> Dict[KafkaTopicPartition, Any]:
+    """aiokafka's commit argument: an offset, or (offset, metadata) where there is metadata."""
+    notes = metadata or {}
+    return {KafkaTopicPartition(*tp): (offset, notes[tp]) if notes.get(tp) else offset
+            for tp, offset in offsets.items()}
 
 
 def stop_soon(coro) -> None:

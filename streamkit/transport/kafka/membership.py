@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTopicPartition
@@ -23,8 +23,9 @@ from ..base import Consumer, FetchedBatch, GroupPlan, Membership, TaskAssignment
 from .assignor import MemberState, TaskAssignor, plan_fingerprint
 from .config import KafkaClientConfig
 from .connect import start_with_retry
-from .consumer import committed_offsets, describe_partitions
-from .records import fetch_batches
+from .no_auto_create import no_topic_auto_creation
+from .consumer import committed_metadata, committed_offsets, describe_partitions, kafka_offsets
+from .records import Lost, fetch_batches
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class KafkaGroupConsumer(Consumer):
         self._kafka = kafka
         self._group = group
         self._seeks: Dict[TopicPartition, Optional[int]] = {}
+        self._lost: Lost = []
 
     def assign(self, partitions: Sequence[TopicPartition], positions: Mapping[TopicPartition, int]) -> None:
         for tp in partitions:
@@ -101,15 +103,18 @@ class KafkaGroupConsumer(Consumer):
         if self._seeks:
             await self._apply_seeks()
         return await fetch_batches(self._kafka, max_wait, f"group {self._group}: fetching "
-                                   f"{describe_partitions(self._kafka.assignment())}")
+                                   f"{describe_partitions(self._kafka.assignment())}", self._lost)
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def take_lost(self) -> List[Tuple[TopicPartition, int, int]]:
+        lost, self._lost = self._lost, []
+        return lost
+
+    async def commit(self, offsets: Mapping[TopicPartition, int],
+                     metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
         if not offsets:
             return
         try:
-            await asyncio.wait_for(
-                self._kafka.commit({KafkaTopicPartition(*tp): offset for tp, offset in offsets.items()}),
-                COMMIT_TIMEOUT)
+            await asyncio.wait_for(self._kafka.commit(kafka_offsets(offsets, metadata)), COMMIT_TIMEOUT)
         except asyncio.TimeoutError:
             # aiokafka retries retriable errors forever (a deleted topic among them).
             raise StreamkitError(f"group {self._group}: committing offsets of "
@@ -128,6 +133,9 @@ class KafkaGroupConsumer(Consumer):
     async def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
         return await committed_offsets(self._kafka, partitions)
 
+    async def committed_metadata(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, str]:
+        return await committed_metadata(self._kafka, partitions)
+
 
 class KafkaGroupMembership(Membership):
     """One member of the app's consumer group, assigning whole tasks (see assignor.py)."""
@@ -143,10 +151,10 @@ class KafkaGroupMembership(Membership):
         self._assignor = TaskAssignor(
             tasks=plan.tasks, standby_replicas=plan.standby_replicas, stateful=plan.stateful,
             state=lambda: MemberState(frozenset(plan.running()), frozenset(plan.local_state()), fingerprint))
-        self._kafka = AIOKafkaConsumer(
+        self._kafka = no_topic_auto_creation(AIOKafkaConsumer(
             **config.consumer_kwargs(), group_id=group, enable_auto_commit=False,
-            auto_offset_reset="earliest", isolation_level="read_committed",
-            partition_assignment_strategy=(self._assignor,))
+            auto_offset_reset="none",  # a position outside the log is handled by fetch_batches
+            isolation_level="read_committed", partition_assignment_strategy=(self._assignor,)))
         self._consumer = KafkaGroupConsumer(self._kafka, group)
         self._started = False
         self._pending: Optional[TaskAssignment] = None

@@ -6,7 +6,6 @@ import logging
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from aiokafka import AIOKafkaProducer
-from aiokafka import TopicPartition as KafkaTopicPartition
 from aiokafka.errors import (InvalidProducerEpoch, KafkaError, ProducerFenced, UnknownError,
                              UnknownTopicOrPartitionError)
 
@@ -14,7 +13,8 @@ from ...errors import StreamkitError, TaskMigratedError
 from ..base import OutgoingRecord, Producer, TopicPartition
 from .config import KafkaClientConfig
 from .connect import quietly, start_with_retry
-from .consumer import stop_soon
+from .no_auto_create import no_topic_auto_creation
+from .consumer import kafka_offsets, stop_soon
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class KafkaProducer(Producer):
         if transactional_id is not None:
             kwargs["transactional_id"] = transactional_id
             kwargs["enable_idempotence"] = True
-        self._kafka = AIOKafkaProducer(**kwargs)
+        self._kafka = no_topic_auto_creation(AIOKafkaProducer(**kwargs))
         self._servers = ",".join(config.bootstrap_servers)
         self._connect_timeout = config.connect_timeout_s
         self.transactional_id = transactional_id
@@ -121,12 +121,12 @@ class KafkaProducer(Producer):
             raise self._transaction_failure("beginning", exc) from None
         self._in_transaction = True
 
-    async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+    async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int],
+                                 metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
         await self.delivered()
         try:
             if offsets:
-                await self._kafka.send_offsets_to_transaction(
-                    {KafkaTopicPartition(*tp): offset for tp, offset in offsets.items()}, group)
+                await self._kafka.send_offsets_to_transaction(kafka_offsets(offsets, metadata), group)
             await self._kafka.commit_transaction()
         except KafkaError as exc:
             raise self._transaction_failure(f"committing (offsets for group {group})", exc) from None

@@ -97,10 +97,12 @@ def test_retention_by_time_deletes_whole_old_segments_and_moves_the_start(tmp_pa
         assert (partition_dir(tmp_path) / "log-start-offset").read_text().strip() == str(start)
         # the open reader finishes its (deleted) file, then continues from the start
         assert [r[0] for r in read_all(reader)] == list(range(2, per)) + list(range(start, 40))
+        assert reader.take_lost() == [(per, start)]  # and says what it skipped
         fresh = b.reader("t", 0)
         assert fresh.position == start
         fresh.seek(3)
         assert fresh.position == start and fresh.read(1)[0][0] == start
+        assert fresh.take_lost() == [(3, start)]
 
         # never the active segment, even when everything is too old
         b.run_housekeeping(now_ms=10 ** 12)

@@ -1,0 +1,196 @@
+"""Retention never loses data silently, on a real Kafka-protocol broker: DeleteRecords,
+consumers that report offsets deleted before they read them, and clients that never
+create topics by asking for their metadata."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as KafkaTopicPartition
+from aiokafka.errors import OffsetOutOfRangeError
+
+from streamkit.errors import StreamkitError
+from streamkit.transport.base import TopicPartition
+from streamkit.transport.kafka.config import KafkaClientConfig
+from streamkit.transport.kafka.transport import KafkaTransport
+
+TANSU_NO_DELETE_RECORDS = (
+    "Tansu 0.6.0 does not implement DeleteRecords (its broker task panics at "
+    "tansu-storage/src/dynostore.rs 'not yet implemented' and drops the connection) and never "
+    "moves a log start (no retention either), so no consumer can find its offset deleted there; "
+    "set STREAMKIT_TEST_KAFKA=host:port to run this against Apache Kafka")
+
+
+@pytest.fixture
+def transport(kafka):
+    config = KafkaClientConfig.from_sources(kafka.url, app_settings={"request_timeout_ms": 5000}, environ={})
+    t = KafkaTransport(config)
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def produce(transport, topic, n, partition=0):
+    async def go():
+        producer = transport.producer()
+        try:
+            await producer.send([(topic, partition, [(b"k%d" % i, b"v%d" % i, 1000 + i, None)
+                                                     for i in range(n)])])
+            await producer.flush()
+        finally:
+            await producer.aclose()
+    asyncio.run(go())
+
+
+def read(consumer, want, timeout=15.0):
+    async def go():
+        out = []
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(out) < want and asyncio.get_running_loop().time() < deadline:
+            for batch in await consumer.fetch(0.5):
+                out.extend(r[0] for r in batch.records)
+        return out
+    return go
+
+
+def delete_records_supported(transport, topic) -> bool:
+    """Try DeleteRecords below 0 (changes nothing): False, with its one WARNING, where the
+    broker cannot delete records."""
+    transport.admin.delete_records({TopicPartition(topic, 0): 0})
+    return transport.admin._cannot_delete_records is None
+
+
+def test_delete_records_moves_the_start_or_warns_once(transport, kafka, unique_name, caplog):
+    topic = unique_name("purge")
+    transport.admin.create_topic(topic, 1)
+    produce(transport, topic, 10)
+    tp = TopicPartition(topic, 0)
+    with caplog.at_level(logging.WARNING, logger="streamkit.transport.kafka.admin"):
+        transport.admin.delete_records({tp: 4})
+        transport.admin.delete_records({tp: 6})
+    warnings = [r for r in caplog.records if "DeleteRecords" in r.getMessage()]
+    if transport.admin._cannot_delete_records is not None:
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]  # once, then carry on
+        assert transport.admin.partition_offsets(topic, 0).start == 0  # records kept
+        pytest.skip(TANSU_NO_DELETE_RECORDS if kafka.is_tansu else transport.admin._cannot_delete_records)
+    assert not warnings
+    assert transport.admin.partition_offsets(topic, 0).start == 6
+    transport.admin.delete_records({tp: 2})  # never backwards; idempotent
+    transport.admin.delete_records({tp: 6})
+    assert transport.admin.partition_offsets(topic, 0).start == 6
+    with pytest.raises(ValueError, match="past its partition's end"):
+        transport.admin.delete_records({tp: 11})
+    with pytest.raises(ValueError, match=">= 0"):
+        transport.admin.delete_records({tp: -1})
+
+
+def test_a_position_below_the_log_start_is_reported_as_lost(transport, kafka, unique_name):
+    topic = unique_name("gap")
+    transport.admin.create_topic(topic, 1)
+    produce(transport, topic, 10)
+    tp = TopicPartition(topic, 0)
+    if not delete_records_supported(transport, topic):
+        pytest.skip(TANSU_NO_DELETE_RECORDS if kafka.is_tansu else transport.admin._cannot_delete_records)
+    transport.admin.delete_records({tp: 4})
+    group = unique_name("g")
+
+    async def go():
+        consumer = transport.consumer(group)  # aiokafka clients belong to the loop they are made on
+        try:
+            consumer.assign([tp], {tp: 1})  # e.g. a committed offset below the start
+            offsets = await read(consumer, 6)()
+            return offsets, consumer.take_lost(), consumer.take_lost()
+        finally:
+            await consumer.aclose()
+    offsets, lost, again = asyncio.run(go())
+    assert offsets == list(range(4, 10))
+    assert lost == [(tp, 1, 4)] and again == []
+
+
+def test_an_offset_past_the_end_starts_over_with_a_warning_and_loses_nothing(
+        transport, unique_name, caplog):
+    """The fetch answer OFFSET_OUT_OF_RANGE for a position past the end (a re-created topic)
+    is put into the real client as its fetcher records it (Tansu never sends that answer:
+    it returns no records instead); the rest runs against the broker."""
+    topic = unique_name("past")
+    transport.admin.create_topic(topic, 1)
+    produce(transport, topic, 5)
+    tp, ktp = TopicPartition(topic, 0), KafkaTopicPartition(topic, 0)
+    group = unique_name("g")
+
+    async def go():
+        consumer = transport.consumer(group)
+        try:
+            consumer.assign([tp], {tp: 3})
+            first = await read(consumer, 2)()
+            consumer._kafka._fetcher._set_error(ktp, OffsetOutOfRangeError({ktp: 50}))
+            again = await read(consumer, 5)()
+            return first, again, consumer.take_lost()
+        finally:
+            await consumer.aclose()
+    with caplog.at_level(logging.WARNING, logger="streamkit.transport.kafka.records"):
+        first, again, lost = asyncio.run(go())
+    assert first == [3, 4]
+    assert again == [0, 1, 2, 3, 4]  # from the start, as auto.offset.reset=earliest would
+    assert lost == []
+    assert any("offset 50" in r.getMessage() and "past the end" in r.getMessage() for r in caplog.records)
+
+
+def test_consumers_start_from_the_beginning_or_their_position_without_auto_reset(transport, unique_name):
+    topic = unique_name("plain")
+    transport.admin.create_topic(topic, 2)
+    produce(transport, topic, 4, partition=0)
+    produce(transport, topic, 3, partition=1)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    group = unique_name("g")
+
+    async def go():
+        consumer = transport.consumer(group)
+        try:
+            consumer.assign([tp0, tp1], {tp1: 1})
+            offsets = await read(consumer, 6)()
+            return sorted(offsets), consumer.take_lost()
+        finally:
+            await consumer.aclose()
+    assert asyncio.run(go()) == ([0, 1, 1, 2, 2, 3], [])
+
+
+# ---------------------------------------------------------------- no topic auto-creation
+
+def test_clients_never_create_topics_by_asking_for_them(transport, kafka, unique_name):
+    missing = unique_name("missing")
+    group = unique_name("g")
+
+    async def go():
+        consumer, producer = transport.consumer(group), transport.producer()
+        try:
+            consumer.assign([TopicPartition(missing, 0)], {})
+            try:
+                await asyncio.wait_for(consumer.fetch(1.0), 8)
+            except (StreamkitError, asyncio.TimeoutError):
+                pass
+            with pytest.raises(StreamkitError, match="does not exist"):
+                await producer.send([(missing, 0, [(b"k", b"v", 1, None)])])
+                await producer.flush()
+        finally:
+            await consumer.aclose()
+            await producer.aclose()
+    asyncio.run(go())
+    assert transport.admin.topic(missing) is None
+    assert missing not in {t.name for t in transport.admin.list_topics()}
+
+    # the broker itself creates topics on request: a plain aiokafka client proves the test meaningful
+    async def plain():
+        reader = AIOKafkaConsumer(**kafka.client_config())
+        await reader.start()
+        try:
+            await reader._client._metadata_update(reader._client.cluster, [missing])
+        finally:
+            await reader.stop()
+    asyncio.run(plain())
+    if transport.admin.topic(missing) is None:
+        pytest.skip("this broker does not auto-create topics named in metadata requests: only the "
+                    "client setting was tested")
