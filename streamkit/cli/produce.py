@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import select
 import sys
 import time
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Mapping, Optional, Tuple
 
 import click
 import orjson
@@ -16,6 +17,8 @@ from ..serdes import Json
 from ..transport.base import OutgoingRecord
 from ..transport.partitioner import partition_for_key
 from .common import broker_option, connected, require_topic
+
+log = logging.getLogger(__name__)
 
 BATCH_RECORDS = 1000
 LINGER_SECONDS = 0.05  # send what we have when stdin pauses this long (interactive use)
@@ -49,30 +52,85 @@ def _key_of(value: object, field: str, line_no: int) -> bytes:
     return key.encode() if isinstance(key, str) else JSON.serialize(key)
 
 
+def _timestamp_of(value: object, field: str, line_no: int) -> int:
+    if not isinstance(value, dict) or field not in value:
+        raise click.ClickException(f"line {line_no}: no field '{field}' for --timestamp-field in {value!r:.80}; "
+                                   "the lines before it were produced")
+    ts = value[field]
+    if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+        raise click.ClickException(f"line {line_no}: field '{field}' for --timestamp-field is {ts!r:.40}, not an "
+                                   "integer of epoch milliseconds >= 0; the lines before it were produced")
+    return ts
+
+
+def retention_ms_of(config: Mapping[str, str]) -> Optional[int]:
+    """The topic's ``retention.ms`` when its config states a time limit (None: forever or not said)."""
+    try:
+        retention = int(str(config.get("retention.ms", "-1")).strip())
+    except ValueError:
+        return None
+    return retention if retention >= 0 else None
+
+
 @click.command()
 @click.argument("topic")
 @click.option("--key-field", metavar="FIELD", help="Use this field of each JSON value as the record key.")
+@click.option("--timestamp-field", metavar="FIELD",
+              help="Use this field of each JSON value (epoch milliseconds) as the record timestamp, "
+                   "for backfills (default: now). Warns when records are older than the topic's retention.ms.")
 @click.option("--partition", type=click.IntRange(min=0), default=None,
               help="Write every record to this partition (default: by key, round-robin without key).")
 @click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json", show_default=True,
               help="json: each line must be a JSON value; text: each line is a UTF-8 string value.")
 @broker_option
-def produce(topic: str, key_field: Optional[str], partition: Optional[int], fmt: str,
-            broker: Optional[str]) -> None:
+def produce(topic: str, key_field: Optional[str], timestamp_field: Optional[str], partition: Optional[int],
+            fmt: str, broker: Optional[str]) -> None:
     """Append one record per line of standard input to TOPIC."""
     if key_field and fmt != "json":
         raise click.UsageError("--key-field needs --format json")
+    if timestamp_field and fmt != "json":
+        raise click.UsageError("--timestamp-field needs --format json")
     with connected(broker) as transport:
         meta = require_topic(transport, topic)
         if partition is not None and partition >= meta.partitions:
             raise click.ClickException(f"topic '{topic}' has {meta.partitions} partition(s): "
                                        f"--partition {partition} does not exist")
-        count = asyncio.run(_produce(transport, topic, meta.partitions, key_field, partition, fmt))
+        retention = retention_ms_of(meta.config) if timestamp_field else None
+        expired = _Expired(topic, retention)
+        try:
+            count = asyncio.run(_produce(transport, topic, meta.partitions, key_field, partition, fmt,
+                                         timestamp_field, expired))
+        finally:
+            expired.warn()
     click.echo(f"produced {count} record(s) to {topic}", err=True)
 
 
+class _Expired:
+    """Counts records older than the topic's retention.ms, for one warning at the end."""
+
+    def __init__(self, topic: str, retention_ms: Optional[int]) -> None:
+        self.topic = topic
+        self.retention_ms = retention_ms
+        self.count = 0
+        self.oldest: Optional[int] = None
+        self._now = int(time.time() * 1000)
+
+    def check(self, timestamp: int) -> None:
+        if self.retention_ms is not None and timestamp < self._now - self.retention_ms:
+            self.count += 1
+            self.oldest = timestamp if self.oldest is None else min(self.oldest, timestamp)
+
+    def warn(self) -> None:
+        if self.count:
+            log.warning("%d record(s) produced to %s are older than its retention.ms=%d (the oldest has "
+                        "timestamp %d): the broker may delete them at its next retention pass, before they "
+                        "are read; raise retention.ms for the backfill", self.count, self.topic,
+                        self.retention_ms, self.oldest)
+
+
 async def _produce(transport, topic: str, partitions: int, key_field: Optional[str],
-                   fixed_partition: Optional[int], fmt: str) -> int:
+                   fixed_partition: Optional[int], fmt: str, timestamp_field: Optional[str] = None,
+                   expired: Optional[_Expired] = None) -> int:
     producer = transport.producer()
     buffers: List[List[OutgoingRecord]] = [[] for _ in range(partitions)]
     round_robin = itertools.cycle(range(partitions))
@@ -99,6 +157,7 @@ async def _produce(transport, topic: str, partitions: int, key_field: Optional[s
             if not line.strip():
                 continue
             key: Optional[bytes] = None
+            timestamp: Optional[int] = None
             if fmt == "json":
                 try:
                     value = orjson.loads(line)
@@ -106,6 +165,10 @@ async def _produce(transport, topic: str, partitions: int, key_field: Optional[s
                     raise _bad_line(line_no, f"not valid JSON ({exc})", line) from None
                 if key_field:
                     key = _key_of(value, key_field, line_no)
+                if timestamp_field:
+                    timestamp = _timestamp_of(value, timestamp_field, line_no)
+                    if expired is not None:
+                        expired.check(timestamp)
                 payload = b"null" if value is None else JSON.serialize(value)  # a value, not a tombstone
             else:
                 try:
@@ -119,7 +182,7 @@ async def _produce(transport, topic: str, partitions: int, key_field: Optional[s
                 p = partition_for_key(key, partitions)
             else:
                 p = next(round_robin)
-            buffers[p].append((key, payload, int(time.time() * 1000), None))
+            buffers[p].append((key, payload, int(time.time() * 1000) if timestamp is None else timestamp, None))
             buffered += 1
             if buffered >= BATCH_RECORDS:
                 await flush()

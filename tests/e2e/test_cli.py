@@ -121,6 +121,11 @@ def test_text_format_produces_strings(cli):
     (("produce", "t"), '{"ok": 1}\n{bad json\n', "line 2: not valid JSON"),
     (("produce", "t", "--key-field", "user"), '{"name": 1}\n', "line 1: no field 'user'"),
     (("produce", "t", "--partition", "5"), "1\n", "--partition 5 does not exist"),
+    (("produce", "t", "--timestamp-field", "ts"), '{"ts": 1}\n{"x": 2}\n', "line 2: no field 'ts' for --timestamp-field"),
+    (("produce", "t", "--timestamp-field", "ts"), '{"ts": "yesterday"}\n',
+     "line 1: field 'ts' for --timestamp-field is 'yesterday', not an integer"),
+    (("produce", "t", "--timestamp-field", "ts"), '{"ts": 1.5}\n', "line 1: field 'ts' for --timestamp-field is 1.5"),
+    (("produce", "t", "--timestamp-field", "ts", "--format", "text"), "x\n", "--timestamp-field needs --format json"),
     (("worker", "no_such_module"), None, "cannot import app module 'no_such_module'"),
     (("describe", "json"), None, "module 'json' defines no App"),
     (("groups", "describe", "ghost"), None, "unknown group 'ghost'"),
@@ -133,6 +138,39 @@ def test_bad_input_is_one_clear_line_without_traceback(cli, args, stdin, message
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert len([line for line in result.stderr.splitlines() if line.startswith("Error")]) == 1
+
+
+def test_produce_timestamps_from_a_field_for_backfills(cli):
+    cli("topics", "create", "t")
+    stdin = "".join(json.dumps({"ts": ts, "n": i}) + "\n" for i, ts in enumerate([1_000, 5_000, 3_000]))
+    produced = cli("produce", "t", "--timestamp-field", "ts", stdin=stdin)
+    assert produced.returncode == 0, produced.stderr
+    assert "WARNING" not in produced.stderr  # the topic states no retention.ms
+    records = lines_of(cli("consume", "t", "--from-beginning", "--timeout", "0.3"))
+    assert [(r["timestamp"], r["value"]["n"]) for r in records] == [(1_000, 0), (5_000, 1), (3_000, 2)]
+    bad = cli("produce", "t", "--timestamp-field", "ts", stdin='{"ts": 7000}\n{"ts": null}\n')
+    assert bad.returncode == 1 and "line 2:" in bad.stderr
+    records = lines_of(cli("consume", "t", "--from-beginning", "--timeout", "0.3"))
+    assert [r["timestamp"] for r in records][3:] == [7_000]  # the lines before a bad one are kept
+
+
+def test_produce_warns_once_when_records_are_older_than_the_topics_retention(cli):
+    day = 86_400_000
+    now = int(time.time() * 1000)
+    cli("topics", "create", "short", "--config", f"retention.ms={day}")
+    cli("topics", "create", "forever", "--config", "retention.ms=-1")
+    stdin = "".join(json.dumps({"ts": ts}) + "\n" for ts in [now - 3 * day, now, now - 2 * day, now - 60_000])
+    produced = cli("produce", "short", "--timestamp-field", "ts", stdin=stdin)
+    assert produced.returncode == 0, produced.stderr
+    warnings = [line for line in produced.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1, produced.stderr
+    assert (f"2 record(s) produced to short are older than its retention.ms={day} "
+            f"(the oldest has timestamp {now - 3 * day})") in warnings[0]
+    assert "produced 4 record(s)" in produced.stderr  # a warning, not a refusal
+    quiet = cli("produce", "forever", "--timestamp-field", "ts", stdin=stdin)
+    assert quiet.returncode == 0 and "WARNING" not in quiet.stderr
+    no_field = cli("produce", "short", stdin='{"ts": 1}\n')  # timestamps of now: nothing to warn about
+    assert no_field.returncode == 0 and "WARNING" not in no_field.stderr
 
 
 def test_lines_before_a_malformed_one_are_kept(cli):
