@@ -6,23 +6,18 @@ topic that a Metadata request names, unless the request says
 setting for it (the Java clients' ``allow.auto.create.topics``), so a consumer of a
 deleted source topic would re-create it with the broker's default partition count,
 and a producer would write to it. Kafka Streams turns auto-creation off in all its
-clients; streamkit does the same: :func:`no_topic_auto_creation` replaces the
-metadata update of one client instance (nothing global) with aiokafka's own logic,
-asking with auto-creation off.
+clients; streamkit does the same: :func:`no_topic_auto_creation` makes every
+connection of one client instance (nothing global) send its Metadata requests with
+auto-creation off.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
-import types
-from typing import TypeVar, Union
+from typing import Any, TypeVar, Union
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.client import AIOKafkaClient, ConnectionGroup
-from aiokafka.cluster import ClusterMetadata
-from aiokafka.errors import KafkaError
+from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.metadata import MetadataRequest
 
 log = logging.getLogger(__name__)
@@ -34,42 +29,27 @@ def no_topic_auto_creation(owner: Client) -> Client:
     """``owner`` (an aiokafka consumer, producer or admin client, not started yet), whose
     metadata requests never make the broker create a topic. Returns ``owner``."""
     client = getattr(owner, "_client", None) or getattr(owner, "client", None)
-    if not isinstance(client, AIOKafkaClient) or not hasattr(client, "_metadata_update"):
+    if not isinstance(client, AIOKafkaClient) or not hasattr(client, "_get_conn") \
+            or not hasattr(MetadataRequest(), "_allow_auto_topic_creation"):
         log.warning("cannot turn topic auto-creation off in %s (unexpected aiokafka internals): "
                     "a broker with auto.create.topics.enable may create topics it is asked about",
                     type(owner).__name__)
         return owner
-    client._metadata_update = types.MethodType(_metadata_update, client)
+    open_connection = client._get_conn
+
+    async def connection_without_auto_creation(*args: Any, **kwargs: Any) -> Any:
+        conn = await open_connection(*args, **kwargs)
+        if conn is not None and not getattr(conn, "streamkit_no_auto_create", False):
+            send = conn.send
+
+            def send_without_auto_creation(request: Any, *more: Any, **options: Any) -> Any:
+                if isinstance(request, MetadataRequest):
+                    request._allow_auto_topic_creation = False
+                return send(request, *more, **options)
+            conn.send = send_without_auto_creation
+            conn.streamkit_no_auto_create = True
+        return conn
+
+    client._get_conn = connection_without_auto_creation
     client.streamkit_no_auto_create = True
     return owner
-
-
-async def _metadata_update(self: AIOKafkaClient, cluster_metadata: ClusterMetadata, topics) -> bool:
-    """aiokafka 0.14's ``AIOKafkaClient._metadata_update`` with auto-creation off."""
-    assert isinstance(cluster_metadata, ClusterMetadata)
-    metadata_request = MetadataRequest(list(topics) if topics else None, allow_auto_topic_creation=False)
-    nodeids = [b.nodeId for b in self.cluster.brokers()]
-    bootstrap_id = ("bootstrap", ConnectionGroup.DEFAULT)
-    if bootstrap_id in self._conns:
-        nodeids.append("bootstrap")
-    random.shuffle(nodeids)
-    for node_id in nodeids:
-        conn = await self._get_conn(node_id)
-        if conn is None:
-            continue
-        try:
-            metadata = await conn.send(metadata_request)
-        except (KafkaError, asyncio.TimeoutError) as err:
-            log.warning("Unable to request metadata from node with id %s: %r", node_id, err)
-            continue
-        if not metadata.brokers:
-            return False
-        cluster_metadata.update_metadata(metadata)
-        if bootstrap_id in self._conns and len(self.cluster.brokers()):
-            self._conns.pop(bootstrap_id).close()
-        break
-    else:
-        log.error("Unable to update metadata from %s", nodeids)
-        cluster_metadata.failed_update(None)
-        return False
-    return True
