@@ -194,3 +194,31 @@ def test_clients_never_create_topics_by_asking_for_them(transport, kafka, unique
     if transport.admin.topic(missing) is None:
         pytest.skip("this broker does not auto-create topics named in metadata requests: only the "
                     "client setting was tested")
+
+
+def test_offset_metadata_round_trips_through_the_group(kafka, transport, unique_name) -> None:
+    """What a task commits with each offset (its stream time, a repartition reader's
+    per-writer cursor) comes back from the broker, and a commit without it clears it."""
+    topic, group = unique_name("meta"), unique_name("meta-group")
+    transport.admin.create_topic(topic, 2)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+
+    async def go():
+        consumer = transport.consumer(group)
+        try:
+            consumer.assign([tp0, tp1], {})
+            await consumer.commit({tp0: 5, tp1: 7}, {tp0: "sk1 t=1234 16777216:9"})
+            first = await consumer.committed_metadata([tp0, tp1])
+            await consumer.commit({tp0: 6})
+            second = await consumer.committed_metadata([tp0, tp1])
+            offsets = await consumer.committed([tp0, tp1])
+        finally:
+            await consumer.aclose()
+        return first, second, offsets
+    first, second, offsets = asyncio.run(go())
+    assert offsets == {tp0: 6, tp1: 7}
+    if not first and kafka.process is not None:
+        pytest.skip("Tansu 0.6.0 does not store offset commit metadata (its OffsetFetch answers '' for "
+                    "what was committed with it); set STREAMKIT_TEST_KAFKA=host:port to check it on Apache Kafka")
+    assert first == {tp0: "sk1 t=1234 16777216:9"}
+    assert second == {}

@@ -169,6 +169,22 @@ def test_offsets_are_applied_with_the_data_and_only_once(broker):
     assert broker.committed_offsets("g") == {TP("in", 0): 0, TP("in", 1): 1}
 
 
+def test_offset_metadata_is_committed_with_its_offset_and_replaced_by_the_next_commit(broker):
+    txn = broker.begin_transaction("t")
+    txn.commit_offsets("g", {TP("in", 0): 5, TP("in", 1): 3}, {TP("in", 0): "sk1 t=7 1:4"})
+    txn.commit()
+    assert broker.committed_metadata("g") == {TP("in", 0): "sk1 t=7 1:4"}
+    broker.commit_offsets("g", {TP("in", 1): 4}, {TP("in", 1): "note"})
+    assert broker.committed_metadata("g") == {TP("in", 0): "sk1 t=7 1:4", TP("in", 1): "note"}
+    broker.commit_offsets("g", {TP("in", 0): 6})  # a commit without metadata clears it, as in Kafka
+    assert broker.committed_metadata("g") == {TP("in", 1): "note"}
+    assert broker.committed_offsets("g") == {TP("in", 0): 6, TP("in", 1): 4}
+    aborted = broker.begin_transaction("t")
+    aborted.commit_offsets("g", {TP("in", 1): 9}, {TP("in", 1): "never"})
+    aborted.abort()
+    assert broker.committed_metadata("g") == {TP("in", 1): "note"}
+
+
 def test_a_second_owner_fences_the_first_across_processes(broker, tmp_path):
     zombie = spawn("""
         import os, sys, time
@@ -354,7 +370,7 @@ CRASHER = """
     txn = broker.begin_transaction("task")
     for p in range(3):
         txn.append("out", p, [(b"k%d" % p, b"second-%d-%d" % (p, i), 2, None) for i in range(2)])
-    txn.commit_offsets("g", {TP("in", 0): 20})
+    txn.commit_offsets("g", {TP("in", 0): 20}, {TP("in", 0): "sk1 t=20"})
     txn.commit_offsets("h", {TP("in", 1): 7})
     if point.startswith("abort"):
         txn.abort()
@@ -396,6 +412,8 @@ def check_outcome(broker, committed):
         assert broker.last_stable_offset("out", p) == broker.partition_offsets("out", p).end
     assert broker.committed_offsets("g") == {TP("in", 0): 20 if committed else 10}
     assert broker.committed_offsets("h") == ({TP("in", 1): 7} if committed else {})
+    # the offset's metadata is rolled forward (or dropped) with it
+    assert broker.committed_metadata("g") == ({TP("in", 0): "sk1 t=20"} if committed else {})
     # the id is usable again, and what was resolved stays resolved
     txn = broker.begin_transaction("task")
     txn.append("out", 2, [(b"k", b"third", 3, None)])
