@@ -29,7 +29,9 @@ WRITER_HEADER = "__sk.w"
 MARKER_HEADER = "__sk.m"
 """Only header of a progress marker: writer rank, writer stream time, idle flag (>qqB)."""
 
-_RECORD = struct.Struct(">qq")
+RECORD_STAMP = struct.Struct(">qq")
+"""The writer header's value: writer rank, writer stream time."""
+_RECORD = RECORD_STAMP
 _MARKER = struct.Struct(">qqB")
 _PARTITION_BITS = 24
 

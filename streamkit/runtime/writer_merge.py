@@ -29,7 +29,7 @@ from collections import deque
 from typing import Deque, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
 from ..transport.base import RawRecord
-from .progress import read_stamp, without_stamp
+from .progress import RECORD_STAMP, WRITER_HEADER, read_stamp
 
 UNSTAMPED = -1
 """The writer rank given to records without a writer stamp (written before stamps
@@ -59,29 +59,47 @@ class WriterMerge:
     # -- input ----------------------------------------------------------------------
     def add(self, records: List[RawRecord], now: float) -> None:
         """Take fetched records (markers included) in offset order."""
-        queues, bound, skip = self._queues, self._bound, self._skip
+        queues, bound, skip, idle_since = self._queues, self._bound, self._skip, self._idle_since
+        unpack = RECORD_STAMP.unpack
+        last_rank: Optional[int] = None
+        last_time, queue, added = _UNKNOWN, None, 0
         for record in records:
-            stamp = read_stamp(record)
-            if stamp is None:
-                rank, stream_time = UNSTAMPED, _UNKNOWN
+            headers = record[4]
+            if headers and headers[-1][0] == WRITER_HEADER:  # the common case, inlined
+                rank, stream_time = unpack(headers[-1][1])
+                record = (record[0], record[1], record[2], record[3], headers[:-1] or None)
             else:
-                rank, stream_time = stamp.rank, stamp.stream_time
-                if stream_time > bound.get(rank, _UNKNOWN):
-                    bound[rank] = stream_time
-                if stamp.is_marker:
+                stamp = read_stamp(record)
+                if stamp is None:
+                    rank, stream_time = UNSTAMPED, _UNKNOWN
+                else:  # a progress marker
+                    if last_rank is not None and last_time > bound.get(last_rank, _UNKNOWN):
+                        bound[last_rank] = last_time
+                    last_rank = None  # the next data record ends an idleness this may announce
+                    rank, stream_time = stamp.rank, stamp.stream_time
+                    if stream_time > bound.get(rank, _UNKNOWN):
+                        bound[rank] = stream_time
                     if stamp.idle:
-                        self._idle_since.setdefault(rank, now)
+                        idle_since.setdefault(rank, now)
                     else:
-                        self._idle_since.pop(rank, None)
+                        idle_since.pop(rank, None)
                     continue
-                self._idle_since.pop(rank, None)
+            if rank != last_rank:
+                if last_rank is not None and last_time > bound.get(last_rank, _UNKNOWN):
+                    bound[last_rank] = last_time
+                idle_since.pop(rank, None)
+                queue = queues.get(rank)
+                if queue is None:
+                    queue = queues[rank] = deque()
+                last_rank = rank
+            last_time = stream_time
             if record[0] <= skip.get(rank, -1):
                 continue  # processed before the restart this run resumed from
-            queue = queues.get(rank)
-            if queue is None:
-                queue = queues[rank] = deque()
-            queue.append((stream_time, without_stamp(record) if stamp is not None else record))
-            self.held += 1
+            queue.append((stream_time, record))  # type: ignore[union-attr]
+            added += 1
+        if last_rank is not None and last_time > bound.get(last_rank, _UNKNOWN):
+            bound[last_rank] = last_time
+        self.held += added
         if records:
             self._fetched_to = records[-1][0] + 1
 

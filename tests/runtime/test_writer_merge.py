@@ -195,3 +195,16 @@ def test_stamps_are_removed_and_markers_dropped_for_display() -> None:
     stamp = read_stamp(log.records[0])
     assert (stamp.rank, stamp.stream_time, stamp.is_marker) == (A, 4, False)
     assert strip_markers(log.records) == [(0, 1, None, b"v", (("user", b"h"),))]
+
+
+def test_data_after_an_idle_marker_ends_the_idleness_within_one_fetch() -> None:
+    log = Log()
+    log.data(A, 10, "a10")
+    log.marker(A, 10, idle=True)
+    log.data(A, 30, "a30")
+    log.data(B, 40, "b40")
+    merge = WriterMerge(frozenset({A, B}))
+    merge.add(log.records, now=0.0)  # one fetch: A is busy again after a30
+    out = _values(merge.release(10.0, 0.0)[0])
+    assert out == ["a10", "a30"]  # b40 waits: A, no longer idle, may still send below 40
+    assert merge.busy(10.0, 0.0)

@@ -303,13 +303,31 @@ def _pack_layout(count: int, has_headers: bool, timestamps: list, key_lens: list
             from None
 
 
+_NAME_BLOCKS: dict = {}
+"""Header name -> its encoded length and bytes (names repeat: most records carry the same few)."""
+_NAME_BLOCKS_MAX = 4096
+_ONE_HEADER = _U16.pack(1)
+
+
+def _name_block(name: str) -> bytes:
+    block = _NAME_BLOCKS.get(name)
+    if block is None:
+        name_bytes = name.encode("utf-8")
+        block = _U16.pack(len(name_bytes)) + name_bytes
+        if len(_NAME_BLOCKS) < _NAME_BLOCKS_MAX:
+            _NAME_BLOCKS[name] = block
+    return block
+
+
 def _encode_headers(headers: Headers, index: int) -> bytes:
+    if len(headers) == 1:  # the common case (e.g. a repartition record's writer stamp), inlined
+        name, value = headers[0]
+        if value.__class__ is bytes and name.__class__ is str:
+            return b"".join((_ONE_HEADER, _name_block(name), _I32.pack(len(value)), value))
     try:
         parts = [_U16.pack(len(headers))]
         for name, value in headers:
-            name_bytes = name.encode("utf-8")
-            parts.append(_U16.pack(len(name_bytes)))
-            parts.append(name_bytes)
+            parts.append(_name_block(name))
             if value is None:
                 parts.append(_I32.pack(-1))
             elif not isinstance(value, (bytes, bytearray)):
@@ -408,14 +426,32 @@ def _decode_header_blocks(buf: bytes, pos: int, block_lens: tuple) -> list[Heade
     return out
 
 
+_NAMES: dict = {}
+"""Encoded header name -> str (names repeat: most records carry the same few)."""
+
+
 def _decode_headers(buf: bytes, pos: int) -> Headers:
     (n,) = _U16.unpack_from(buf, pos)
     pos += 2
+    names = _NAMES
+    if n == 1:  # the common case, inlined
+        (name_len,) = _U16.unpack_from(buf, pos)
+        raw = buf[pos + 2:pos + 2 + name_len]
+        name = names.get(raw)
+        if name is not None:
+            pos += 2 + name_len
+            (value_len,) = _I32.unpack_from(buf, pos)
+            return ((name, None if value_len < 0 else buf[pos + 4:pos + 4 + value_len]),)
     headers = []
     for _ in range(n):
         (name_len,) = _U16.unpack_from(buf, pos)
         pos += 2
-        name = str(buf[pos:pos + name_len], "utf-8")
+        raw = buf[pos:pos + name_len]
+        name = names.get(raw)
+        if name is None:
+            name = str(raw, "utf-8")
+            if len(names) < _NAME_BLOCKS_MAX:
+                names[raw] = name
         pos += name_len
         (value_len,) = _I32.unpack_from(buf, pos)
         pos += 4
