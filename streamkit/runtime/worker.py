@@ -51,6 +51,7 @@ FINAL_COMMIT_WAIT = 30.0  # s a stopping worker waits for a rebalance to take it
 TOPIC_CHECK_INTERVAL = 5.0  # s between checks that the app's topics still exist as planned
 MARKER_INTERVAL = 0.1  # s between progress markers of a task whose progress changed (see .progress)
 PURGE_INTERVAL = 30.0  # s between deletions of repartition records below the committed offsets
+MAX_COMMIT_NOTE = 4000  # characters of offset metadata (Kafka's offset.metadata.max.bytes: 4096)
 
 
 class Worker:
@@ -97,6 +98,7 @@ class Worker:
         """Producers of closed tasks, shut down at the next opportunity (closing is async)."""
         self._pauses = Pauses()
         self._next_purge = time.monotonic() + PURGE_INTERVAL
+        self._note_too_long_logged = False
         self._announced: Dict[str, tuple] = {}
         """Per task: the progress its last markers announced (see _send_markers)."""
 
@@ -371,7 +373,8 @@ class Worker:
         self.tasks[tid] = task
         inputs = task.input_partitions
         positions = await self._consumer.committed(inputs)
-        notes = {tp: CommitNote.decode(text) for tp, text in (await self._consumer.committed_metadata(inputs)).items()}
+        notes = {tp: CommitNote.decode(text, positions.get(tp, 0))
+                 for tp, text in (await self._consumer.committed_metadata(inputs)).items()}
         # Stream time as committed: a writer's stream time must never go back (see .progress).
         committed_time = max((note.stream_time for note in notes.values()), default=-1)
         if committed_time > task.context.stream_time:
@@ -545,6 +548,7 @@ class Worker:
         if time.monotonic() >= self._next_purge and not self._commit_deferred:
             await self._purge_repartition_topics()
             self._next_purge = time.monotonic() + PURGE_INTERVAL
+        self._note_too_long_logged = False
 
     async def _purge_repartition_topics(self) -> None:
         """Delete repartition records below the committed offsets (each repartition
@@ -565,7 +569,21 @@ class Worker:
         """The metadata committed with each input offset of ``tid`` (see CommitNote)."""
         task = self.tasks[tid]
         cursors = self._inputs[tid].cursors(task.positions)
-        return {tp: CommitNote(task.stream_time, cursors.get(tp, {})).encode() for tp in task.positions}
+        notes = {}
+        for tp, position in task.positions.items():
+            text = CommitNote(task.stream_time, cursors.get(tp, {})).encode(position)
+            if len(text) > MAX_COMMIT_NOTE:
+                # Kafka would refuse the commit: keep the stream time; a restart from this
+                # commit may then process again records of writers that ran ahead.
+                if not self._note_too_long_logged:
+                    log.warning("%s[%d]: the per-writer cursor (%d writers) is longer than Kafka's offset "
+                                "metadata allows; committing without it (after a crash, up to a commit "
+                                "interval of records may be processed twice)", tp.topic, tp.partition,
+                                len(cursors.get(tp, {})))
+                    self._note_too_long_logged = True
+                text = CommitNote(task.stream_time).encode(position)
+            notes[tp] = text
+        return notes
 
     async def _commit_sinks(self) -> None:
         """Deliver each task's external-sink records (blocking I/O, run in a thread). A sink

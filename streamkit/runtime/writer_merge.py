@@ -29,7 +29,7 @@ from collections import deque
 from typing import Deque, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
 from ..transport.base import RawRecord
-from .progress import RECORD_STAMP, WRITER_HEADER, read_stamp
+from .progress import RECORD_STAMP, WRITER_HEADER, read_stamp, writer_name, writer_rank
 
 UNSTAMPED = -1
 """The writer rank given to records without a writer stamp (written before stamps
@@ -189,14 +189,17 @@ class CommitNote(NamedTuple):
     stream_time: int = -1
     cursor: Mapping[int, int] = {}
 
-    def encode(self) -> str:
-        """``"sk1 t=<stream time> <rank>:<offset> ..."``."""
+    def encode(self, position: int = 0) -> str:
+        """``"sk1 t=<stream time> <writer task>+<offset - position> ..."``: compact, since
+        Kafka limits offset metadata (``offset.metadata.max.bytes``, 4096 by default)."""
         return " ".join(["sk1", f"t={self.stream_time}",
-                         *(f"{rank}:{offset}" for rank, offset in sorted(self.cursor.items()))])
+                         *(f"{writer_name(rank)}+{offset - position}"
+                           for rank, offset in sorted(self.cursor.items()))])
 
     @classmethod
-    def decode(cls, metadata: Optional[str]) -> "CommitNote":
-        """The note of an offset's metadata (an empty note for metadata not written by streamkit)."""
+    def decode(cls, metadata: Optional[str], position: int = 0) -> "CommitNote":
+        """The note committed with offset ``position`` (an empty note for metadata not
+        written by streamkit)."""
         if not metadata or not metadata.startswith("sk1 "):
             return cls()
         stream_time, cursor = -1, {}
@@ -204,6 +207,7 @@ class CommitNote(NamedTuple):
             if item.startswith("t="):
                 stream_time = int(item[2:])
             else:
-                rank, _, offset = item.partition(":")
-                cursor[int(rank)] = int(offset)
+                writer, _, delta = item.partition("+")
+                sub, _, partition = writer.partition("_")
+                cursor[writer_rank(int(sub), int(partition))] = position + int(delta)
         return cls(stream_time, cursor)

@@ -142,7 +142,7 @@ def test_the_merged_order_does_not_depend_on_interleaving_fetches_or_restarts(se
         if rng.random() < 0.15:  # crash and restart from the last commit
             position = inputs.merge_positions().get(REP, 0)
             note = CommitNote(-1, inputs.cursors({REP: position}).get(REP, {}))
-            decoded = CommitNote.decode(note.encode())
+            decoded = CommitNote.decode(note.encode(position), position)
             inputs = TaskInputs([REP], writers, {REP: decoded.cursor})
             offset = position
         end = min(len(log.records), offset + rng.randint(1, 12))
@@ -182,7 +182,11 @@ def test_positions_and_cursors_after_out_of_offset_order_processing() -> None:
 
 def test_commit_note_round_trip_and_foreign_metadata() -> None:
     note = CommitNote(1234, {A: 7, C: 9})
-    assert CommitNote.decode(note.encode()) == note
+    assert note.encode(5) == "sk1 t=1234 0_0+2 0_2+4"
+    assert CommitNote.decode(note.encode(5), 5) == note
+    # 256 writers fit Kafka's default 4096 bytes of offset metadata
+    many = CommitNote(1_700_000_000_000, {writer_rank(3, p): 10_000_000 + p for p in range(256)})
+    assert len(many.encode(10_000_000)) < 4000
     assert CommitNote.decode("") == CommitNote()
     assert CommitNote.decode("written by another tool") == CommitNote()
     assert writer_name(writer_rank(3, 17)) == "3_17"
