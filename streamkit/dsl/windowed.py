@@ -54,7 +54,10 @@ class _WindowedGrouped:
 class TimeWindowedStream(_WindowedGrouped):
     """A grouped stream cut into tumbling, hopping or sliding windows (Kafka Streams'
     TimeWindowedKStream). Each aggregation keeps a window store and emits every update
-    of a window, keyed by ``Windowed(key, start, end)``."""
+    of a window, keyed by ``Windowed(key, start, end)``. A record with a ``None`` key is
+    skipped (task metric ``null_key_records_dropped``); a ``None`` value is counted and
+    handed to ``reduce``/``aggregate`` in tumbling and hopping windows, and skipped in
+    sliding windows, as in Kafka Streams."""
 
     def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
                    aggregator: Optional[Callable], value_serde: Optional[Serde], changelog: bool,
@@ -111,7 +114,8 @@ class TimeWindowedStream(_WindowedGrouped):
 class SessionWindowedStream(_WindowedGrouped):
     """A grouped stream cut into sessions (Kafka Streams' SessionWindowedKStream). A record
     that bridges sessions merges them; the merged-away sessions are retracted downstream
-    (a ``None`` value for their ``Windowed`` key)."""
+    (a ``None`` value for their ``Windowed`` key). A record with a ``None`` key is skipped;
+    a ``None`` value is counted and handed to ``reduce``/``aggregate``, as in Kafka Streams."""
 
     def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
                    aggregator: Optional[Callable], merger: Optional[Callable], value_serde: Optional[Serde],

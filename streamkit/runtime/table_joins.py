@@ -15,7 +15,9 @@ internal topics, as Kafka Streams does it:
    subscription is answered with the right row, and each right update is sent to
    every subscribed left key.
 3. Left task: a response is joined with the current left row, unless that row has
-   changed since (its hash differs: a newer response is on its way). Results are
+   changed since (its hash differs: a newer response is on its way). A result is
+   stamped with the later of the left update and the right row it joined (a right
+   update's own timestamp when the right side changed), as in Kafka Streams. Results are
    kept in a store, so each update carries the previous result and a foreign-key
    change retracts the old result.
 """
@@ -143,7 +145,7 @@ def compile_fk_subscriptions(node: ir.ForeignKeySubscriptionNode, downstream: Do
                              env: CompileEnv) -> Downstream:
     task = env.task
     subscriptions = task.stores[node.store]
-    read_right = table_reader(node.name, task.stores[node.right_store], node.right_view)
+    read_right = _row_reader(node.name, task.stores[node.right_store], node.right_view)
     deserialize_fk = node.right_key_serde.deserialize
     serialize_value = node.right_value_serde.serialize
 
@@ -156,9 +158,11 @@ def compile_fk_subscriptions(node: ir.ForeignKeySubscriptionNode, downstream: Do
             subscriptions.delete(entry)
             return
         subscriptions.put(entry, message.hash or b"")
-        row = read_right(deserialize_fk(fk_bytes))
-        downstream(message.left_key, Response(message.hash, None if row is None else serialize_value(row)),
-                   timestamp)
+        row, row_time = read_right(deserialize_fk(fk_bytes))
+        if row is None:
+            downstream(message.left_key, Response(message.hash, None), timestamp)
+        else:  # the result is as of the later of the left update and the right row, as in Kafka Streams
+            downstream(message.left_key, Response(message.hash, serialize_value(row)), max(timestamp, row_time))
     return fk_subscriptions
 
 

@@ -99,10 +99,8 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
             downstream(Windowed(key, start, end), Change(new, old), result_time)
 
     def windowed_aggregate(key: Any, value: Any, timestamp: int) -> None:
-        if key is None:
+        if key is None:  # a None value counts and is aggregated, as in Kafka Streams
             metrics.null_key_records_dropped += 1
-            return
-        if value is None:
             return
         open_after = task.stream_time - grace  # a window ending at or before this is closed
         if advance == size:  # tumbling: one window, no list
@@ -225,10 +223,8 @@ def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstr
             raise user_error(name, exc) from exc
 
     def session_aggregate(key: Any, value: Any, timestamp: int) -> None:
-        if key is None:
+        if key is None:  # a None value counts and is aggregated, as in Kafka Streams
             metrics.null_key_records_dropped += 1
-            return
-        if value is None:
             return
         kb = key_bytes(key)
         overlapping = list(find(kb, timestamp - gap, timestamp + gap))

@@ -154,13 +154,10 @@ class WindowedCountPlan:
         return frame, updates, stream_times
 
     def _aggregated(self, frame: Any) -> Any:
-        """The records the aggregation takes: a key and a value (others are skipped)."""
+        """The records the aggregation takes: those with a key (a None value is counted)."""
         from pyspark.sql import functions as F
 
-        kept = frame.where(F.col("key").isNotNull() & F.col("value").isNotNull())
-        if isinstance(self.source.value_serde, Json):
-            kept = kept.where(F.col("value") != F.lit(b"null"))
-        return kept
+        return frame.where(F.col("key").isNotNull())
 
     def _late(self, frame: Any) -> Any:
         """The records with no open window left: a record's last window (the one starting

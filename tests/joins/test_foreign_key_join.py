@@ -198,6 +198,26 @@ def test_a_right_update_takes_the_right_records_timestamp() -> None:
         ("o1", "pen@Ann", 10), ("o2", "ink@Ann", 11), ("o1", "pen@Ann B", 20), ("o2", "ink@Ann B", 20)]
 
 
+@pytest.mark.parametrize("how", ["join", "left_join"])
+def test_a_left_update_joining_a_later_right_row_takes_the_later_timestamp(how: str) -> None:
+    """Kafka Streams stamps a subscription's answer with the later of the left update and the
+    right row (SubscriptionJoinProcessorSupplier); without a right row (or one a view filters
+    out), with the left update's."""
+    app = fk_app(how, right_view=lambda t: t.filter(lambda k, name: name != "hidden"))
+    driver = TopologyTestDriver(app)
+    driver.input_topic("customers").pipe_input("x", "r7", 4)
+    driver.input_topic("customers").pipe_input("h", "hidden", 9)
+    driver.input_topic("orders").pipe_input("k2", order("pen", "x"), 3)     # right row is later: @4
+    driver.input_topic("orders").pipe_input("k3", order("ink", "x"), 6)     # left update is later: @6
+    driver.input_topic("orders").pipe_input("k4", order("cap", "none"), 2)  # no right row: @2
+    driver.input_topic("orders").pipe_input("k5", order("mug", "h"), 1)     # filtered out: @1
+    records = [(r.key, r.value, r.timestamp) for r in driver.output_topic("out").read_records()]
+    expected = [("k2", "pen@r7", 4), ("k3", "ink@r7", 6)]
+    if how == "left_join":
+        expected += [("k4", "cap@None", 2), ("k5", "mug@None", 1)]
+    assert records == expected
+
+
 # -- views and serdes ------------------------------------------------------------------------------
 
 def test_filter_and_map_values_views_on_both_sides() -> None:

@@ -219,6 +219,27 @@ def test_reduce_merges_sessions_with_the_reducer():
     assert driver.store("sum").fetch_session("a", 0, 10) == 111
 
 
+def test_a_none_value_counts_and_reaches_the_aggregator_a_none_key_is_skipped():
+    """As in Kafka Streams 4.1 (KStreamSessionWindowAggregate): only a None key is skipped."""
+    app = sk.App("session-nulls")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        grouped = b.stream("in").group_by_key().windowed_by(sk.SessionWindows(inactivity_gap=GAP * MS))
+        grouped.count(name="cnt").to_stream().to("cnt-out")
+        grouped.aggregate(lambda: [], lambda key, value, agg: agg + [value], lambda k, a, b: a + b,
+                          name="agg").to_stream().to("agg-out")
+    driver = TopologyTestDriver(app)
+    topic = driver.input_topic("in")
+    topic.pipe_input("a", None, 10)
+    topic.pipe_input(None, "x", 11)
+    topic.pipe_input("a", "y", 12)
+    assert emitted(driver) == [(W("a", 10, 10), 1, 10), (W("a", 10, 10), None, 10), (W("a", 10, 12), 2, 12)]
+    assert emitted(driver, "agg-out") == [(W("a", 10, 10), [None], 10), (W("a", 10, 10), None, 10),
+                                          (W("a", 10, 12), [None, "y"], 12)]
+    assert driver.metrics()["null_key_records_dropped"] == 2
+
+
 def test_aggregate_merges_sessions_with_the_merger():
     calls: list = []
     driver = session_driver(GAP, BIG_GRACE, merger_calls=calls)

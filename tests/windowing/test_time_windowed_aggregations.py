@@ -183,29 +183,53 @@ def test_windowed_aggregation(windows: Any, op: str, inputs: List[Input], expect
 
 
 # -- None keys and values ----------------------------------------------------------------
+# As in Kafka Streams 4.1 (KStreamWindowAggregate): only a None key is skipped (and counted);
+# a None value is counted and reaches the reducer/aggregator, which must handle it.
+
+def _add_or_keep(agg: Any, value: Any) -> Any:
+    return agg if value is None else agg + value
+
 
 NULL_CASES = [
     pytest.param(
         "count", [(None, "x", 1000), ("a", None, 2000), ("a", "x", 3000), (None, "y", 4000)],
-        [(W("a", 0, 10000), 1, 3000)], 2, id="count"),
+        [(W("a", 0, 10000), 1, 2000), (W("a", 0, 10000), 2, 3000)], 2, id="count"),
     pytest.param(
-        # A None value is ignored: it neither starts a window nor reaches the reducer.
+        # The first value of a window is the reduction as is, None included (a None result
+        # is a deletion); later ones go through the reducer.
         "reduce", [("a", None, 500), ("a", 2, 1000), ("a", None, 2000), ("a", 3, 1500), (None, 5, 1600)],
-        [(W("a", 0, 10000), 2, 1000), (W("a", 0, 10000), 5, 1500)], 1, id="reduce"),
+        [(W("a", 0, 10000), None, 500), (W("a", 0, 10000), 2, 1000), (W("a", 0, 10000), 2, 2000),
+         (W("a", 0, 10000), 5, 2000)], 1, id="reduce"),
     pytest.param(
         "aggregate", [("a", None, 1000), (None, "v", 1000), ("b", "v", 1000)],
-        [(W("b", 0, 10000), ["b:v"], 1000)], 1, id="aggregate"),
+        [(W("a", 0, 10000), ["a:None"], 1000), (W("b", 0, 10000), ["b:v"], 1000)], 1, id="aggregate"),
 ]
 
 
 @pytest.mark.parametrize("op, inputs, expected, null_keys", NULL_CASES)
-def test_none_keys_are_dropped_and_counted_none_values_ignored(op: str, inputs: List[Input],
-                                                               expected: List[Output], null_keys: int) -> None:
-    driver = make_driver(windowed_agg(TUMBLING, op))
+def test_none_keys_are_dropped_and_counted_none_values_aggregated(op: str, inputs: List[Input],
+                                                                 expected: List[Output], null_keys: int) -> None:
+    def build(b: sk.StreamsBuilder) -> None:
+        grouped = b.stream("in").group_by_key().windowed_by(TUMBLING)
+        if op == "reduce":
+            table = grouped.reduce(_add_or_keep, name="agg")
+        elif op == "count":
+            table = grouped.count(name="agg")
+        else:
+            table = grouped.aggregate(lambda: [], lambda k, v, agg: agg + [f"{k}:{v}"], name="agg")
+        table.to_stream().to("out")
+    driver = make_driver(build)
     pipe(driver, inputs)
     assert read(driver) == expected
     assert driver.metrics()["null_key_records_dropped"] == null_keys
     assert driver.metrics()["late_records_dropped"] == 0
+
+
+def test_a_none_value_counts_in_every_hopping_window_holding_it() -> None:
+    driver = make_driver(windowed_agg(sk.HoppingWindows(size=timedelta(seconds=10), advance=timedelta(seconds=5),
+                                                        grace=timedelta(seconds=5))))
+    pipe(driver, [("a", None, 7000)])
+    assert read(driver) == [(W("a", 0, 10000), 1, 7000), (W("a", 5000, 15000), 1, 7000)]
 
 
 def test_group_by_selector_returning_none_drops_the_record() -> None:
