@@ -4,9 +4,10 @@ Each closed session is written once, with its click count, pages and duration.
     streamkit worker apps.user_sessions --until-idle 2
     streamkit consume user-sessions --from-beginning --timeout 1
 
-Sessions close when stream time passes their end plus grace (grace covers the gap,
-so a written session is final); with ``close_idle_windows_after`` set, the last
-sessions also close when clicks stop.
+A session closes when stream time passes its end plus the gap plus grace (as in
+Kafka Streams: until then a click could still extend it), so a written session is
+final; with ``close_idle_windows_after`` set, the last sessions also close when
+clicks stop.
 """
 from datetime import timedelta
 from typing import Any, Dict
@@ -17,9 +18,8 @@ app = sk.App("user-sessions", close_idle_windows_after=timedelta(minutes=1))
 
 clicks = app.topic("clicks", key_serde=sk.serdes.String(), value_serde=sk.serdes.Json(), partitions=3)
 
-# A session closes at its end plus grace (as in Kafka Streams): a grace longer than the gap
-# means an in-order click can no longer extend a session once it is written out.
-SESSIONS = sk.SessionWindows(inactivity_gap=timedelta(minutes=5), grace=timedelta(minutes=5, seconds=30))
+# Grace: how late (behind stream time) a click may arrive and still count.
+SESSIONS = sk.SessionWindows(inactivity_gap=timedelta(minutes=5), grace=timedelta(seconds=30))
 
 
 def new_session() -> Dict[str, Any]:

@@ -4,8 +4,9 @@ Each keeps its windows in a window (or session) store keyed by the grouping key'
 bytes and the window, and forwards every update as ``Change(new, old)`` keyed by
 ``Windowed(key, start, end)`` (once per commit per window with caching on, unless
 a suppression follows: the suppression buffer is the cache then). A window
-accepts records until stream time reaches its end plus grace; a record with no
-open window left is late (see :mod:`late_records`).
+accepts records until it closes (``Windows.close_time``: its end plus grace; for a
+session, its end plus gap plus grace); a record with no open window left is late
+(see :mod:`late_records`).
 """
 from __future__ import annotations
 

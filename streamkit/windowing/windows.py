@@ -10,12 +10,13 @@ window         bounds                  closes when stream time reaches
 tumbling       ``[start, end)``        ``end + grace``
 hopping        ``[start, end)``        ``end + grace``
 sliding        ``[start, end]``        ``end + 1 + grace``
-session        ``[start, end]``        ``end + 1 + grace``
+session        ``[start, end]``        ``end + 1 + gap + grace``
 =============  ======================  ==========================================
 
 The closing rule is ARCHITECTURE.md's "``[start, end)`` closes when stream time >=
 end + grace"; a window with an inclusive end ``[start, end]`` is the half-open
-``[start, end + 1)``, hence the ``+ 1`` (the same instants as Kafka Streams).
+``[start, end + 1)``, hence the ``+ 1``. A session can still grow by a record up to
+``gap`` after its end, so it closes ``gap`` later (the same instants as Kafka Streams).
 
 >>> from datetime import timedelta
 >>> TumblingWindows(timedelta(minutes=1)).windows_for(90_000)
@@ -372,7 +373,10 @@ class SessionWindows(_Windows):
     A session is ``[first record, last record]`` with **both ends inclusive**. A
     record at ``t`` merges every session overlapping ``[t - gap, t + gap]`` (ending
     at or after ``t - gap`` and starting at or before ``t + gap``) into one with
-    itself. A session closes when stream time >= ``end + 1 + grace``.
+    itself. A session can still grow while a record within the gap of its end can
+    come on time, so it closes when stream time passes ``end + gap + grace`` (``>= end +
+    gap + grace + 1``): until then a record may join it, after that it is late and a
+    suppression emits its final result, as in Kafka Streams.
 
     >>> from datetime import timedelta
     >>> SessionWindows(timedelta(seconds=5)).merge([(0, 1_000), (8_000, 9_000)], 4_000).window
@@ -403,11 +407,17 @@ class SessionWindows(_Windows):
 
     @property
     def retention_ms(self) -> int:
-        """A session store must keep every session with ``end >= stream time - retention_ms``.
+        """A session store must keep every session with ``end >= stream time - retention_ms``:
+        ``2 * inactivity_gap + grace``, measured from a session's end. A record is on time
+        down to ``stream time - gap - grace`` and merges sessions ending up to ``gap`` before
+        it, so a closed session can still be merged into an open one that far back (Kafka
+        keeps only ``gap + grace`` and may start a new session instead of merging)."""
+        return 2 * self._gap_ms + self._grace_ms
 
-        ``inactivity_gap + grace`` (Kafka's minimum), measured from a session's end.
-        """
-        return self._gap_ms + self._grace_ms
+    def close_time(self, window_end_ms: int) -> int:
+        """The stream time at which the session ending at ``window_end_ms`` closes:
+        ``end + gap + grace + 1``."""
+        return window_end_ms + self._gap_ms + self._grace_ms + 1
 
     def merge(self, sessions: Iterable[Window], timestamp_ms: int) -> SessionMerge:
         """Merge a record at ``timestamp_ms`` with the key's existing ``sessions``.

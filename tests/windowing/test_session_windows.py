@@ -110,20 +110,26 @@ CASES = [
      {"a": {(0, 0): [0], (6, 6): [6], (12, 12): [12]}}, 0),
     ("keys never merge", BIG_GRACE, [("a", 0), ("b", 3), ("a", 6), ("b", 8)],
      {"a": {(0, 0): [0], (6, 6): [6]}, "b": {(3, 8): [3, 8]}}, 0),
-    # grace 5, stream time 100: [89,89] closes at 95 and [94,94] at 100: late; 95 merges
-    # with [100,100] into [95,100], which is open.
+    # A session closes when stream time passes end + gap + grace (Kafka Streams): gap 5.
+    # grace 5, stream time 100: [89,89] closes at 100: late; [94,94] closes at 105: on time;
+    # 95 bridges it and [100,100] into [94,100].
     ("late unless merged into an open session", 5, [("a", 100), ("a", 89), ("a", 94), ("a", 95)],
-     {"a": {(95, 100): [95, 100]}}, 2),
-    # grace 0, stream time 20: the merged session [0,3] closed at 4.
+     {"a": {(94, 100): [94, 95, 100]}}, 1),
+    # grace 0, stream time 20: the merged session [0,3] closed at 9.
     ("late when the merged session is closed", 0, [("a", 0), ("b", 20), ("a", 3)],
      {"a": {(0, 0): [0]}, "b": {(20, 20): [20]}}, 1),
-    # grace 0, stream time 3: [0,0] is closed, but the merged [0,4] closes at 5.
+    # grace 0, stream time 7: [0,0] closed at 6, but the merged [0,4] closes at 10.
     ("a record extending a closed session past stream time is on time", 0,
-     [("a", 0), ("b", 3), ("a", 4)],
-     {"a": {(0, 4): [0, 4]}, "b": {(3, 3): [3]}}, 0),
-    # grace 2, stream time 20: [10,13] would close at 16, [17,17] at 20 (late), [18,18] at 21.
-    ("late boundary is exact", 2, [("a", 10), ("b", 20), ("a", 13), ("a", 17), ("a", 18)],
-     {"a": {(10, 10): [10], (18, 18): [18]}, "b": {(20, 20): [20]}}, 2),
+     [("a", 0), ("b", 7), ("a", 4)],
+     {"a": {(0, 4): [0, 4]}, "b": {(7, 7): [7]}}, 0),
+    # grace 2: [10,10] closes at 18. At stream time 17 another 10 joins it; at 18 a third is
+    # late, while 11 (merged [10,11] closes at 19) is on time.
+    ("late boundary is exact", 2, [("a", 10), ("b", 17), ("a", 10), ("b", 18), ("a", 10), ("a", 11)],
+     {"a": {(10, 11): [10, 10, 11]}, "b": {(17, 18): [17, 18]}}, 1),
+    # Kafka Streams 4.1 (gap 3, grace 5; here gap 5, grace 3): c@8 then c@0 is on time, since
+    # [0,0] closes at 0 + 5 + 3 + 1 = 9.
+    ("on time until end + gap + grace", 3, [("c", 8), ("c", 0)],
+     {"c": {(0, 0): [0], (8, 8): [8]}}, 0),
 ]
 
 
@@ -188,7 +194,7 @@ def test_late_records_emit_nothing():
     driver = session_driver(GAP, 5)
     pipe(driver, [("a", 100)])
     emitted(driver)
-    pipe(driver, [("a", 89), ("a", 94)])
+    pipe(driver, [("a", 88), ("a", 89)])  # [88,88] and [89,89] close at 99 and 100
     assert emitted(driver) == [] and late_dropped(driver) == 2
     pipe(driver, [("a", 95)])
     assert emitted(driver) == [(W("a", 100, 100), None, 100), (W("a", 95, 100), 2, 100)]
@@ -267,31 +273,30 @@ def test_count_merges_by_adding():
 
 
 def test_bridging_record_cannot_reach_a_session_beyond_retention():
-    """grace 0 and the default retention (gap + grace = 5 ms, Kafka's). At stream time 10,
-    [0,0] ended more than the retention ago, so the store no longer holds it, although the
-    record at 5 is on time (its merged session [5,10] closes at 11): the record merges only
-    [10,10], as in Kafka Streams. A longer retention merges both
+    """grace 0 and the default retention (2 * gap + grace = 10 ms: every session a record
+    on time can reach when it extends the newest session). At stream time 18 the store no
+    longer holds [0,0] (it ended more than 10 ms ago), so the record at 5, on time since its
+    merged session [5,18] closes at 24, merges only [10,18], as Kafka Streams would with its
+    own retention. A longer retention merges both
     (test_bridging_record_merges_a_closed_session_within_retention). No finite retention covers
     every case: an on-time record joining a long open session may reach back any distance."""
     driver = sum_driver(grace=0, retention=None)
     topic = driver.input_topic("in")
-    topic.pipe_input("a", 1, 0)
-    topic.pipe_input("a", 10, 10)
-    topic.pipe_input("a", 100, 5)
+    for value, t in [(1, 0), (10, 10), (20, 14), (40, 18), (100, 5)]:
+        topic.pipe_input("a", value, t)
     assert driver.metrics()["late_records_dropped"] == 0
-    assert emitted(driver, "sum-out")[2:] == [(W("a", 10, 10), None, 10), (W("a", 5, 10), 110, 10)]
-    assert driver.store("sum").fetch_session("a", 5, 10) == 110
+    assert emitted(driver, "sum-out")[-2:] == [(W("a", 10, 18), None, 18), (W("a", 5, 18), 170, 18)]
+    assert driver.store("sum").fetch_session("a", 5, 18) == 170
 
 
 def test_bridging_record_merges_a_closed_session_within_retention():
-    driver = sum_driver(grace=0, retention=20)
+    driver = sum_driver(grace=0, retention=30)
     topic = driver.input_topic("in")
-    topic.pipe_input("a", 1, 0)
-    topic.pipe_input("a", 10, 10)
-    topic.pipe_input("a", 100, 5)
-    assert emitted(driver, "sum-out")[2:] == [
-        (W("a", 0, 0), None, 0), (W("a", 10, 10), None, 10), (W("a", 0, 10), 111, 10)]
-    assert driver.store("sum").fetch_session("a", 0, 10) == 111
+    for value, t in [(1, 0), (10, 10), (20, 14), (40, 18), (100, 5)]:
+        topic.pipe_input("a", value, t)
+    assert emitted(driver, "sum-out")[-3:] == [
+        (W("a", 0, 0), None, 0), (W("a", 10, 18), None, 18), (W("a", 0, 18), 171, 18)]
+    assert driver.store("sum").fetch_session("a", 0, 18) == 171
 
 
 # --- store reads -----------------------------------------------------------------------------
@@ -345,7 +350,7 @@ def simulate_with_lateness(records: Sequence[Tuple[str, int]], gap: int, grace: 
         overlapping = [s for s in sessions if s[1] >= t - gap and s[0] <= t + gap]
         start = min([t] + [s[0] for s in overlapping])
         end = max([t] + [s[1] for s in overlapping])
-        if stream_time >= end + 1 + grace:
+        if stream_time >= end + gap + grace + 1:
             late += 1
             continue
         members = [100 * t + i]

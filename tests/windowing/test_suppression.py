@@ -316,21 +316,41 @@ def test_until_window_closes_after_group_by() -> None:
     ])
 
 
-def test_a_closed_session_merged_away_is_emitted_before_its_retraction() -> None:
-    """gap 5 ms, grace 0: a@0 makes [0,0] (closes at stream time 1); a@3 advances stream
-    time to 3 and merges [0,0] into [0,3]. [0,0]'s final result goes out first, then its
-    retraction, so a downstream table never keeps a phantom session."""
-    app = sk.App("session-final-order")
+def _suppressed_sessions(app_id: str, gap_ms: int, grace_ms: int = 0) -> TopologyTestDriver:
+    app = sk.App(app_id)
 
     @app.topology
     def build(b: sk.StreamsBuilder) -> None:
         (b.stream("in").group_by_key()
-          .windowed_by(sk.SessionWindows(inactivity_gap=timedelta(milliseconds=5)))
+          .windowed_by(sk.SessionWindows(inactivity_gap=timedelta(milliseconds=gap_ms),
+                                         grace=timedelta(milliseconds=grace_ms)))
           .count(name="sessions").suppress(sk.Suppressed.until_window_closes())
           .to_stream().to("out"))
-    driver = TopologyTestDriver(app)
-    driver.input_topic("in").pipe_input("a", 1, 0)
-    driver.input_topic("in").pipe_input("a", 1, 3)
-    driver.input_topic("in").pipe_input("b", 1, 10)
+    return TopologyTestDriver(app)
+
+
+def test_a_session_is_final_only_once_stream_time_passes_end_plus_gap_plus_grace() -> None:
+    """Kafka Streams 4.1, gap 3, grace 0: a@11 then a@13 emits nothing (the session [11,13]
+    is still open; [11,11] was never final), and the merged-away [11,11] leaves no tombstone."""
+    driver = _suppressed_sessions("session-final-late-enough", gap_ms=3)
+    for key, ts in [("a", 11), ("a", 13)]:
+        driver.input_topic("in").pipe_input(key, 1, ts)
+    assert driver.output_topic("out").read_key_values() == []
+    driver.input_topic("in").pipe_input("b", 1, 16)   # [11,13] closes at 13 + 3 + 0 + 1 = 17
+    assert driver.output_topic("out").read_key_values() == []
+    driver.input_topic("in").pipe_input("b", 1, 17)
+    assert driver.output_topic("out").read_records()[0].key == sk.Windowed("a", 11, 13)
+    driver.input_topic("in").pipe_input("c", 1, 100)
+    assert driver.output_topic("out").read_key_values() == [(sk.Windowed("b", 16, 17), 2)]
+
+
+def test_a_closed_session_merged_away_is_emitted_before_its_retraction() -> None:
+    """gap 5 ms, grace 0: a@0 makes [0,0] (closes at stream time 6); b@6 closes it, so its
+    final result goes out; a@4 then extends it into [0,4] (open until 10): the retraction
+    of the final [0,0] follows, so a downstream table never keeps a phantom session."""
+    driver = _suppressed_sessions("session-final-order", gap_ms=5)
+    for key, ts in [("a", 0), ("b", 6), ("a", 4), ("b", 20)]:
+        driver.input_topic("in").pipe_input(key, 1, ts)
     assert driver.output_topic("out").read_key_values() == [
-        (sk.Windowed("a", 0, 0), 1), (sk.Windowed("a", 0, 0), None), (sk.Windowed("a", 0, 3), 2)]
+        (sk.Windowed("a", 0, 0), 1), (sk.Windowed("a", 0, 0), None), (sk.Windowed("a", 0, 4), 2),
+        (sk.Windowed("b", 6, 6), 1)]

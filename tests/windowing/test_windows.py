@@ -65,7 +65,7 @@ def test_boundary_definitions_are_valid():
     (TumblingWindows(timedelta(minutes=1), grace=10 * SEC), 60_000, 10_000, 70_000),
     (HoppingWindows(timedelta(minutes=1), advance=10 * SEC, grace=5 * SEC), 60_000, 5_000, 65_000),
     (SlidingWindows(10 * SEC, grace=3 * SEC), 10_000, 3_000, 23_001),
-    (SessionWindows(timedelta(minutes=5), grace=SEC), 300_000, 1_000, 301_000),
+    (SessionWindows(timedelta(minutes=5), grace=SEC), 300_000, 1_000, 601_000),
 ])
 def test_millisecond_properties(windows, size, grace, retention):
     assert (windows.size_ms, windows.grace_ms, windows.retention_ms) == (size, grace, retention)
@@ -174,16 +174,25 @@ def test_zero_grace_closes_exactly_at_the_exclusive_end():
     assert windows.is_closed(10_000, 10_000)
 
 
-@pytest.mark.parametrize("windows", [SlidingWindows(10 * SEC, grace=2 * SEC), SessionWindows(10 * SEC, grace=2 * SEC)])
-def test_inclusive_end_windows_close_one_ms_later(windows):
+def test_inclusive_end_windows_close_one_ms_later():
+    windows = SlidingWindows(10 * SEC, grace=2 * SEC)
     end = 20_000  # inclusive: the window is [start, 20_001)
     assert not windows.is_closed(end, end + 2_000)
     assert windows.is_closed(end, end + 2_000 + 1)
 
 
+def test_a_session_closes_once_stream_time_passes_end_plus_gap_plus_grace():
+    """A record within the gap of a session's end can still extend it: as in Kafka Streams,
+    a session is open until stream time passes end + gap + grace."""
+    windows = SessionWindows(10 * SEC, grace=2 * SEC)
+    assert not windows.is_closed(20_000, 32_000)
+    assert windows.is_closed(20_000, 32_001)
+    assert windows.close_time(20_000) == 32_001
+
+
 def test_inclusive_end_with_zero_grace_stays_open_at_its_end():
-    assert not SessionWindows(SEC).is_closed(5_000, 5_000)   # a record at 5_000 still belongs in it
-    assert SessionWindows(SEC).is_closed(5_000, 5_001)
+    assert not SessionWindows(SEC).is_closed(5_000, 6_000)   # a record at 6_000 would still extend it
+    assert SessionWindows(SEC).is_closed(5_000, 6_001)
     assert not SlidingWindows(SEC).is_closed(5_000, 5_000)
     assert SlidingWindows(SEC).is_closed(5_000, 5_001)
 
