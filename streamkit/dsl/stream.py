@@ -228,7 +228,8 @@ class Stream:
         """As :meth:`join`, but every record of this stream gives a result: one without a
         partner is joined with ``None``. For a stream-stream join, that result is emitted
         when the record's window closes (stream time past its end plus grace), and only
-        if no partner arrived by then."""
+        if no partner arrived by then. A record with a ``None`` key can have no partner: it is
+        joined with ``None`` at once (as Kafka Streams 3.7+ does); :meth:`join` drops it."""
         return self._join(other, joiner, windows, key_selector, name, key_serde, value_serde, other_value_serde,
                           late_records_topic, how="left")
 
@@ -237,7 +238,8 @@ class Stream:
                    value_serde: Optional[Serde] = None, other_value_serde: Optional[Serde] = None,
                    late_records_topic: Optional[str] = None) -> "Stream":
         """Stream-stream join where a record of either side without a partner gives
-        ``joiner(value, None)`` or ``joiner(None, other_value)`` when its window closes."""
+        ``joiner(value, None)`` or ``joiner(None, other_value)`` when its window closes (at once
+        for a record with a ``None`` key, which can have no partner)."""
         return self._join(other, joiner, windows, None, name, key_serde, value_serde, other_value_serde,
                           late_records_topic, how="outer")
 

@@ -46,7 +46,14 @@ def compile_stream_table_join(node: ir.StreamTableJoinNode, downstream: Downstre
 
     def stream_table_join(key: Any, value: Any, timestamp: int) -> None:
         if key is None:
-            metrics.null_key_records_dropped += 1
+            if left and value is not None:  # as Kafka Streams 3.7+ (KIP-962): joined with no row
+                try:
+                    joined = joiner(value, None)
+                except Exception as exc:
+                    raise user_error(name, exc) from exc
+                downstream(None, joined, timestamp)
+            else:
+                metrics.null_key_records_dropped += 1
             return
         if value is None:
             return  # as Kafka Streams: a null stream value joins nothing

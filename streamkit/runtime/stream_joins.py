@@ -114,7 +114,12 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
             if unmatched is not None and stream_time >= next_due[0]:
                 emit_closed(stream_time)
             if key is None:
-                metrics.null_key_records_dropped += 1
+                if keeps_unmatched and value is not None:
+                    # As Kafka Streams 3.7+ (KIP-962): no partner can share a None key, so the
+                    # record is emitted at once, joined with None.
+                    downstream(None, join(value, None) if is_left else join(None, value), timestamp)
+                else:
+                    metrics.null_key_records_dropped += 1
                 return
             if value is None:
                 return  # as in Kafka Streams: a null value joins nothing

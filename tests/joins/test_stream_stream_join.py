@@ -393,11 +393,14 @@ def test_outer_join(windows: sk.JoinWindows, steps: List[Step], late: int) -> No
 # -- None keys and values -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("how", ["inner", "left", "outer"])
-def test_none_keys_are_dropped_and_counted_none_values_ignored(how: str) -> None:
+def test_none_keys_are_joined_with_none_at_once_or_dropped_none_values_ignored(how: str) -> None:
+    """As Kafka Streams 3.7+ (KIP-962): a record with a None key can have no partner, so a
+    left join emits a left one at once joined with None (an outer join either side's); an
+    inner join drops it (counted). A None value joins nothing."""
     driver = TopologyTestDriver(join_app(how, W10))
     run_steps(driver, [
-        ("L", None, "A", 100, []),
-        ("R", None, "r", 100, []),
+        ("L", None, "A", 100, [] if how == "inner" else [(None, "A+None", 100)]),
+        ("R", None, "r", 100, [(None, "None+r", 100)] if how == "outer" else []),
         ("L", "a", None, 100, []),                                  # neither buffered nor waiting
         ("R", "a", None, 100, []),
         ("R", "a", "r", 101, []),                                   # nothing buffered to join
@@ -405,16 +408,18 @@ def test_none_keys_are_dropped_and_counted_none_values_ignored(how: str) -> None
         ("R", "b", "s", 101, [("b", "B+s", 101)]),
         ("L", "z", "Z", 200, [("a", "None+r", 101)] if how == "outer" else []),
     ])
-    assert driver.metrics()["null_key_records_dropped"] == 2
+    assert driver.metrics()["null_key_records_dropped"] == {"inner": 2, "left": 1, "outer": 0}[how]
     assert driver.metrics()["late_records_dropped"] == 0
 
 
+# (steps after the waiting record, None-key records dropped, late records); "due" marks
+# where the waiting record's unmatched result comes out.
 _RELEASE_TRIGGERS = {
-    "none-key": ([("R", None, "n", 121, ["due"])], 2, 0),
-    "none-value": ([("L", "b", None, 121, ["due"])], 1, 0),
+    "none-key": ([("R", None, "n", 121, ["due"])], 1, 0),
+    "none-value": ([("L", "b", None, 121, ["due"])], 0, 0),
     # The filtered record moves stream time to 121 without reaching the join, so the
     # next record the join sees is a late one (110 + 10 < 121): it still releases.
-    "late-record": ([("R", "z", "skip", 121, []), ("L", "b", "B", 110, ["due"])], 1, 1),
+    "late-record": ([("R", "z", "skip", 121, []), ("L", "b", "B", 110, ["due"])], 0, 1),
 }
 
 
@@ -425,18 +430,26 @@ _RELEASE_TRIGGERS = {
 @pytest.mark.parametrize("trigger", list(_RELEASE_TRIGGERS))
 def test_any_record_reaching_the_join_releases_due_unmatched_results(
         how: str, waiting: Tuple[str, str, str, int], result: Output, trigger: str) -> None:
-    # The waiting record closes at 100 + 10 + 10 + 0 + 1 = 121; a record the join then
-    # drops (None key, None value, late) releases it before being dropped.
+    # The waiting record closes at 100 + 10 + 10 + 0 + 1 = 121; a record reaching the join
+    # then (a None key, a None value, a late one) releases it first.
     trigger_steps, null_keys, late = _RELEASE_TRIGGERS[trigger]
     driver = TopologyTestDriver(join_app(how, W10, skip=True))
+
+    def outputs(side: str, key: Any, value: str, timestamp: int, marks: List[str]) -> List[Output]:
+        out = [result] if marks else []
+        if key is None and (side == "L" or how == "outer"):  # joined with None at once (KIP-962)
+            out.append((None, f"{value}+None" if side == "L" else f"None+{value}", timestamp))
+        return out
+
     run_steps(driver, [
         (*waiting, []),
-        ("L", None, "n0", 120, []),                                 # reaches the join; nothing due yet
-        *[(side, key, value, timestamp, [result] if outputs else [])
-          for side, key, value, timestamp, outputs in trigger_steps],
+        ("L", None, "n0", 120, [(None, "n0+None", 120)]),           # reaches the join; nothing due yet
+        *[(side, key, value, timestamp, outputs(side, key, value, timestamp, marks))
+          for side, key, value, timestamp, marks in trigger_steps],
         ("R", "z", "later", 500, []),                               # released once only
     ])
-    assert driver.metrics()["null_key_records_dropped"] == null_keys
+    expected_null_keys = 0 if how == "outer" else null_keys
+    assert driver.metrics()["null_key_records_dropped"] == expected_null_keys
     assert driver.metrics()["late_records_dropped"] == late
 
 
@@ -685,7 +698,8 @@ Input = Tuple[str, Optional[str], Optional[str], int]
 def brute_force(how: str, windows: sk.JoinWindows, inputs: Sequence[Input]
                 ) -> Tuple[List[Tuple[List[Output], List[Output]]], int, int]:
     """Per input record: (unmatched results it releases, its own join results); the late
-    count and the None-key count. Straight from the spec: every non-late record is buffered
+    count and the None-key count. Straight from the spec: a None-key record of a side that
+    waits for partners is joined with None at once (Kafka Streams 3.7+); every non-late record is buffered
     for ever, and a waiting record is released once stream time reaches
     ``t + before + after + grace + 1`` (either side) by any record that reaches the join.
     Records with value "skip" are filtered out before the join (they only move stream time)."""
@@ -706,6 +720,10 @@ def brute_force(how: str, windows: sk.JoinWindows, inputs: Sequence[Input]
         waiting = [w for w in waiting if w not in closed]
         released = [(w.key, joiner(w.value, None) if w.side == "L" else joiner(None, w.value), w.timestamp)
                     for w in closed]
+        if key is None and value is not None and side in waits:  # no partner possible: at once
+            steps.append((released, [(None, joiner(value, None) if side == "L" else joiner(None, value),
+                                       timestamp)]))
+            continue
         if key is None or value is None or timestamp + reach[side] + grace < stream_time:
             null_keys += key is None
             late += key is not None and value is not None
@@ -795,7 +813,7 @@ def test_the_random_cases_exercise_what_they_are_meant_to() -> None:
                         and timestamp + reach + windows.grace_ms < stream_time)
                     seen["released-with-joins"] += bool(joined)
                     seen["released-several"] += len(released) > 1
-        seen["null-keys"] += null_keys
+        seen["null-keys"] += sum(key is None for _side, key, _value, _ts in inputs)
     for what in ("late", "released", "released-by-dropped-record", "released-by-late-record",
                  "released-with-joins",
                  "released-several", "null-keys"):

@@ -47,9 +47,19 @@ def test_left_join_keeps_records_without_a_row() -> None:
     driver.input_topic("orders").pipe_input("c9", {"n": 1}, 10)
     driver.input_topic("customers").pipe_input("c9", {"name": "Bo"}, 20)
     driver.input_topic("orders").pipe_input("c9", {"n": 2}, 30)
-    driver.input_topic("orders").pipe_input(None, {"n": 3}, 40)   # no key: dropped and counted
+    driver.input_topic("orders").pipe_input(None, {"n": 3}, 40)   # no key: no row (Kafka Streams 3.7+)
     assert driver.output_topic("enriched").read_key_values() == [
-        ("c9", {"n": 1, "customer_row": None}), ("c9", {"n": 2, "customer_row": {"name": "Bo"}})]
+        ("c9", {"n": 1, "customer_row": None}), ("c9", {"n": 2, "customer_row": {"name": "Bo"}}),
+        (None, {"n": 3, "customer_row": None})]
+    assert driver.metrics()["null_key_records_dropped"] == 0
+
+
+def test_inner_join_drops_and_counts_records_without_a_key() -> None:
+    driver = TopologyTestDriver(_enrichment_app(left=False))
+    driver.input_topic("customers").pipe_input("c9", {"name": "Bo"}, 20)
+    driver.input_topic("orders").pipe_input(None, {"n": 3}, 40)
+    driver.input_topic("orders").pipe_input("c9", {"n": 4}, 50)
+    assert driver.output_topic("enriched").read_key_values() == [("c9", {"n": 4, "customer_row": {"name": "Bo"}})]
     assert driver.metrics()["null_key_records_dropped"] == 1
 
 
