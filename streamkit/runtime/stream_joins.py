@@ -5,11 +5,12 @@ of values per entry (duplicates kept). A record arriving on one side joins every
 buffered record of the other side within the join window, then is buffered itself.
 
 Left and outer joins must also say "no partner": a record that found none on arrival
-waits in the *unmatched* store (ordered by timestamp) until no partner can arrive any
-more (see :meth:`JoinWindows.left_close_time`: its latest possible partner is late);
-a partner arriving meanwhile takes it out. Then ``joiner(value, None)`` (or
-``joiner(None, value)`` for the right side of an outer join) is emitted with the
-record's timestamp. So an unmatched result is never emitted early and then contradicted.
+waits in the *unmatched* store (ordered by timestamp) until its own window closes
+(see :meth:`JoinWindows.left_close_time`: stream time past ``t + after + grace`` for a
+left record, ``t + before + grace`` for a right one), as in Kafka Streams; a partner
+arriving meanwhile takes it out. Then ``joiner(value, None)`` (or ``joiner(None, value)``
+for the right side of an outer join) is emitted with the record's timestamp. A partner
+that arrives after that, still on time, joins it as well: both results stand.
 
 A record whose own window (end plus grace) has already closed when it arrives is late:
 dropped, counted and written to the late-records topic if one is set.
@@ -51,7 +52,10 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         except Exception as exc:
             raise user_error(name, exc) from exc
 
-    close_after = windows.size_ms + grace + 1  # the same for both sides: see JoinWindows.left_close_time
+    # Stream time after a record's timestamp at which its unmatched result is due, per side
+    # (JoinWindows.left_close_time / right_close_time).
+    delay = {_LEFT: after + grace + 1, _RIGHT: before + grace + 1}
+    min_delay = min(delay.values())
 
     def unmatched_key(side: bytes, timestamp: int, key_bytes: bytes) -> bytes:
         return _TIME.pack(timestamp + _TIME_BIAS) + side + key_bytes
@@ -63,7 +67,7 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         prior = unmatched.get(ukey)
         values = [value] if prior is None else serde.deserialize(prior) + [value]
         unmatched.put(ukey, serde.serialize(values))
-        due = timestamp + close_after
+        due = timestamp + delay[side]
         if due < next_due[0]:
             next_due[0] = due
 
@@ -75,7 +79,7 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
 
     # Every unmatched entry is younger than this much behind the stream time of the last scan:
     # older ones were emitted then, and later ones were not late when they came.
-    look_back = max(close_after, max(before, after) + grace + 1)
+    look_back = max(delay.values())
     last_scan = [-_NEVER]
 
     def emit_closed(stream_time: int) -> None:
@@ -84,16 +88,21 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         lowest = max(last_scan[0] - look_back, -_TIME_BIAS)
         start = None if lowest == -_TIME_BIAS else _TIME.pack(lowest + _TIME_BIAS)
         last_scan[0] = stream_time
-        # Scan only the closed range (the store's pending writes get sorted for it), then
-        # peek at the next entry for the next close.
-        closed_to = _TIME.pack(min(stream_time - close_after, _TIME_BIAS - 1) + _TIME_BIAS) + b"\xff"
-        due: List[Tuple[bytes, bytes]] = list(unmatched.range(start, closed_to))
+        # Scan only the range that may be due (the store's pending writes get sorted for it),
+        # then peek at the next entry for the next close (at the earliest a side allows).
+        closed_to = _TIME.pack(min(stream_time - min_delay, _TIME_BIAS - 1) + _TIME_BIAS) + b"\xff"
+        candidates: List[Tuple[bytes, bytes]] = list(unmatched.range(start, closed_to))
         next_due[0] = _NEVER
         for ukey, _raw in unmatched.range(closed_to, None):
-            next_due[0] = _TIME.unpack_from(ukey)[0] - _TIME_BIAS + close_after
+            next_due[0] = _TIME.unpack_from(ukey)[0] - _TIME_BIAS + min_delay
             break
-        for ukey, raw in due:
+        for ukey, raw in candidates:
             side, timestamp = ukey[8:9], _TIME.unpack_from(ukey)[0] - _TIME_BIAS
+            due = timestamp + delay[side]
+            if due > stream_time:  # the other side's window is longer: not yet
+                if due < next_due[0]:
+                    next_due[0] = due
+                continue
             key = deserialize_key(ukey[9:])
             for value in lists[side].deserialize(raw):
                 downstream(key, join(value, None) if side == _LEFT else join(None, value), timestamp)

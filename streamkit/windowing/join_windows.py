@@ -4,10 +4,11 @@ unmatched record's left/outer result is final. Pure arithmetic, no state.
 A left record at ``t`` joins right records with timestamps in ``[t - before, t + after]``;
 a right record at ``t`` joins left records in ``[t - after, t + before]`` (the same
 pairs, seen from the other side). A record is late (dropped) once stream time has
-passed its own window's end plus grace. "No partner" is final only when every
-possible partner would be late: the latest one, at ``t + after``, is accepted until
-``t + after + before + grace``; after that a left or outer join emits the record
-unmatched, and no partner can contradict it.
+passed its own window's end plus grace. A left or outer join emits a record that
+found no partner once its own window has closed, as Kafka Streams does: stream time
+past ``t + after + grace`` for a left record, ``t + before + grace`` for a right one.
+A partner can still arrive on time after that (one at ``t + after`` is accepted until
+``t + after + before + grace``) and is joined too.
 
 >>> from datetime import timedelta
 >>> w = JoinWindows.of(timedelta(minutes=5), grace=timedelta(seconds=30))
@@ -15,8 +16,8 @@ unmatched, and no partner can contradict it.
 ((300000, 900000), (300000, 900000))
 >>> w.after(timedelta(0)).left_window(600_000)
 (300000, 600000)
->>> w.left_close_time(600_000) - 600_000   # 2 x 5 minutes + 30 s grace + 1 ms
-630001
+>>> w.left_close_time(600_000) - 600_000   # 5 minutes after + 30 s grace + 1 ms
+330001
 """
 from __future__ import annotations
 
@@ -101,15 +102,14 @@ class JoinWindows:
         return timestamp_ms + self.before_ms + self.grace_ms < stream_time
 
     def left_close_time(self, timestamp_ms: int) -> int:
-        """Stream time from which a left record at ``timestamp_ms`` can no longer be joined,
-        so its unmatched (left/outer) result is final: its latest partner (a right record
-        at ``t + after``) is accepted until that record's own window closes, ``before``
-        plus grace later."""
-        return timestamp_ms + self.size_ms + self.grace_ms + 1
+        """Stream time at which a left record at ``timestamp_ms`` without a partner is
+        emitted unmatched (left/outer joins): its own window closes, ``after`` plus grace
+        after it (Kafka Streams' rule)."""
+        return timestamp_ms + self.after_ms + self.grace_ms + 1
 
     def right_close_time(self, timestamp_ms: int) -> int:
-        """The same for a right record (outer joins); by symmetry it is the same time."""
-        return timestamp_ms + self.size_ms + self.grace_ms + 1
+        """The same for a right record (outer joins): ``before`` plus grace after it."""
+        return timestamp_ms + self.before_ms + self.grace_ms + 1
 
     @property
     def size_ms(self) -> int:

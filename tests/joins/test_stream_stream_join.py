@@ -233,29 +233,30 @@ def test_inner_join(windows: sk.JoinWindows, steps: List[Step], late: int) -> No
 # -- left join ------------------------------------------------------------------------------
 
 LEFT_CASES = [
+    # A left record without a partner is emitted once stream time passes its own window's
+    # end plus grace, t + after + grace (Kafka Streams 4.1's rule).
     pytest.param(W10, [
-        ("L", "a", "A", 100, []),                                   # closes at 100 + 10 + 10 + 0 + 1 = 121
-        ("R", "b", "x", 111, []),                                   # A's own window [90, 110] is over...
-        ("R", "b", "w", 120, []),                                   # ...but a right record at 110 is on time until 120
-        ("R", "b", "y", 121, [("a", "A+None", 100)]),               # stream time 121: emitted, own timestamp
+        ("L", "a", "A", 100, []),                                   # closes at 100 + 10 + 0 + 1 = 111
+        ("R", "b", "x", 110, []),                                   # A's own window [90, 110]: not yet
+        ("R", "b", "y", 111, [("a", "A+None", 100)]),               # stream time 111: emitted, own timestamp
         ("R", "b", "z", 200, []),                                   # once only
     ], 0, id="unmatched-emitted-exactly-at-close-not-one-ms-earlier"),
     pytest.param(W10_GRACE5, [
-        ("L", "a", "A", 100, []),                                   # closes at 100 + 20 + 5 + 1 = 126
-        ("R", "b", "x", 125, []),
-        ("R", "b", "y", 126, [("a", "A+None", 100)]),
+        ("L", "a", "A", 100, []),                                   # closes at 100 + 10 + 5 + 1 = 116
+        ("R", "b", "x", 115, []),
+        ("R", "b", "y", 116, [("a", "A+None", 100)]),
     ], 0, id="grace-delays-the-unmatched-result"),
     pytest.param(W10_GRACE5, [
         ("L", "a", "A", 100, []),
         ("R", "b", "x", 115, []),
         ("R", "a", "r", 110, [("a", "A+r", 110)]),                  # out of order: 110 + 10 + 5 >= 115, on time
-        ("R", "b", "y", 126, []),                                   # A's close (100 + 26): it had a partner
+        ("R", "b", "y", 126, []),                                   # past A's close (100 + 16): it had a partner
         ("R", "b", "z", 300, []),
     ], 0, id="a-partner-arriving-within-grace-prevents-the-unmatched-result"),
     pytest.param(W10, [
         ("L", "a", "A", 100, []),
         ("R", "a", "r", 110, [("a", "A+r", 110)]),                  # at the edge of A's window
-        ("R", "b", "x", 121, []),                                   # A's close
+        ("R", "b", "x", 111, []),                                   # A's close
         ("R", "b", "y", 500, []),
     ], 0, id="partner-at-the-window-edge-prevents-the-unmatched-result"),
     pytest.param(W10, [
@@ -265,15 +266,15 @@ LEFT_CASES = [
         ("L", "z", "Z", 400, []),                                   # A's close long passed: no "A+None"
     ], 0, id="matched-left-record-gives-only-joined-results"),
     pytest.param(W10, [
-        ("L", "a", "A", 100, []),                                   # closes at 121
-        ("R", "b", "r", 115, []),                                   # a right record alone emits nothing
-        ("L", "b", "B", 121, [("a", "A+None", 100), ("b", "B+r", 121)]),   # B joins r (115 in [111, 131])
+        ("L", "a", "A", 100, []),                                   # closes at 111
+        ("R", "b", "r", 105, []),                                   # a right record alone emits nothing
+        ("L", "b", "B", 111, [("a", "A+None", 100), ("b", "B+r", 111)]),   # B joins r (105 in [101, 121])
     ], 0, id="unmatched-results-come-before-the-triggering-records-own-join"),
     pytest.param(W10, [
         ("R", "a", "r", 100, []),
-        ("L", "c", "C", 300, []),                                   # r would have closed at 121: nothing
-        ("R", "b", "s", 320, []),
-        ("R", "b", "s2", 321, [("c", "C+None", 300)]),              # C's close: 300 + 21
+        ("L", "c", "C", 300, []),                                   # r would have closed at 111: nothing
+        ("R", "b", "s", 310, []),
+        ("R", "b", "s2", 311, [("c", "C+None", 300)]),              # C's close: 300 + 11
     ], 0, id="right-records-without-partner-emit-nothing"),
     pytest.param(W10, [
         ("L", "a", "A1", 100, []),
@@ -284,14 +285,14 @@ LEFT_CASES = [
     pytest.param(W10, [
         ("L", "a", "A1", 100, []),
         ("L", "a", "A2", 100, []),
-        ("R", "z", "x", 120, []),
-        ("R", "z", "y", 121, [("a", "A1+None", 100), ("a", "A2+None", 100)]),
+        ("R", "z", "x", 110, []),
+        ("R", "z", "y", 111, [("a", "A1+None", 100), ("a", "A2+None", 100)]),
     ], 0, id="duplicate-unmatched-records-each-give-a-result"),
     pytest.param(W10, [
         ("L", "a", "A1", 100, []),
         ("L", "a", "A2", 100, []),
         ("R", "a", "r", 100, [("a", "A1+r", 100), ("a", "A2+r", 100)]),   # both duplicates matched
-        ("R", "z", "x", 121, []),
+        ("R", "z", "x", 111, []),
     ], 0, id="one-partner-matches-every-duplicate"),
     pytest.param(W10, [
         ("L", "b", "B", 200, []),
@@ -299,25 +300,23 @@ LEFT_CASES = [
         ("R", "z", "x", 300, [("b", "B+None", 200)]),
     ], 1, id="late-left-record-gives-no-unmatched-result"),
     pytest.param(sk.JoinWindows.of(100 * MS).after(0 * MS), [
-        # after 0 does not close a left record at t + 1: a right record at t is on time
-        # until stream time t + before, so the close is 100 + 100 + 0 + 0 + 1 = 201.
+        # after 0: a left record's own window [t - 100, t] ends at t, so it closes at t + 1.
         ("L", "a", "A1", 100, []),
         ("L", "a", "A2", 100, []),
-        ("R", "z", "x", 101, []),
-        ("R", "z", "y", 200, []),
-        ("R", "z", "w", 201, [("a", "A1+None", 100), ("a", "A2+None", 100)]),
-    ], 0, id="after-0-left-record-still-waits-for-right-records-reach"),
+        ("R", "z", "x", 100, []),
+        ("R", "z", "y", 101, [("a", "A1+None", 100), ("a", "A2+None", 100)]),
+    ], 0, id="after-0-left-record-closes-one-ms-after-its-timestamp"),
     pytest.param(sk.JoinWindows.of(100 * MS).after(0 * MS), [
         # before > after: a right record at 100 is late only once 100 + before < stream
-        # time, so it may still come long after A's own window [0, 100] has passed. It
-        # joins, and A (closing at 201) never gives an unmatched result.
+        # time, so it may still come after A's own window [0, 100] has closed and A was
+        # emitted unmatched. It joins A all the same: both results stand, as in Kafka Streams.
         ("L", "a", "A", 100, []),
-        ("R", "z", "x", 101, []),                                   # once (old rule) A's close: nothing now
+        ("R", "z", "x", 101, [("a", "A+None", 100)]),               # A's close
         ("R", "z", "y", 200, []),
         ("R", "a", "r", 100, [("a", "A+r", 100)]),                  # 100 + 100 >= 200: on time, joins A
-        ("R", "z", "w", 201, []),                                   # A's close: it had a partner
+        ("R", "z", "w", 201, []),
         ("R", "z", "v", 500, []),
-    ], 0, id="before-greater-than-after-a-late-arriving-partner-joins-and-no-unmatched-result"),
+    ], 0, id="before-greater-than-after-a-partner-on-time-after-the-unmatched-result-joins-too"),
     pytest.param(sk.JoinWindows.of(100 * MS).before(0 * MS), [
         ("L", "a", "A", 100, []),                                   # closes at 100 + 0 + 100 + 1 = 201
         ("R", "a", "r", 99, []),                                    # 99 + before 0 < 100: late
@@ -338,42 +337,42 @@ def test_left_join(windows: sk.JoinWindows, steps: List[Step], late: int) -> Non
 
 OUTER_CASES = [
     pytest.param(W10, [
-        ("L", "a", "A", 100, []),                                   # closes at 100 + 21 = 121
-        ("R", "b", "r", 103, []),                                   # closes at 103 + 21 = 124
-        ("L", "c", "C", 120, []),                                   # one ms before A's close
-        ("R", "c", "x", 121, [("a", "A+None", 100), ("c", "C+x", 121)]),
-        ("L", "d", "D", 123, []),                                   # one ms before r's close
-        ("L", "d", "D2", 124, [("b", "None+r", 103)]),
+        ("L", "a", "A", 100, []),                                   # closes at 100 + 10 + 1 = 111
+        ("R", "b", "r", 103, []),                                   # closes at 103 + 10 + 1 = 114
+        ("L", "c", "C", 110, []),                                   # one ms before A's close
+        ("R", "c", "x", 111, [("a", "A+None", 100), ("c", "C+x", 111)]),
+        ("L", "d", "D", 113, []),                                   # one ms before r's close
+        ("L", "d", "D2", 114, [("b", "None+r", 103)]),
     ], 0, id="each-side-unmatched-emitted-exactly-at-its-close"),
     pytest.param(W10_GRACE5, [
-        ("R", "a", "r", 100, []),                                   # closes at 100 + 26 = 126
-        ("L", "b", "B", 124, []),                                   # closes at 150
-        ("L", "a", "A", 109, [("a", "A+r", 109)]),                  # 109 + 10 + 5 >= 124: on time; both matched
-        ("L", "b", "B2", 135, []),                                  # past r's (126) and A's (135) close: nothing
-        ("L", "b", "B3", 150, [("b", "B+None", 124)]),
+        ("R", "a", "r", 100, []),                                   # closes at 100 + 16 = 116
+        ("L", "b", "B", 114, []),                                   # closes at 130
+        ("L", "a", "A", 109, [("a", "A+r", 109)]),                  # 109 + 10 + 5 >= 114: on time; both matched
+        ("L", "b", "B2", 125, []),                                  # past r's (116) and A's (125) close: nothing
+        ("L", "b", "B3", 130, [("b", "B+None", 114)]),
     ], 0, id="a-partner-within-grace-prevents-both-unmatched-results"),
     pytest.param(AFTER10_BEFORE0, [
-        # before 0: a right record's own window [t - 10, t] ends at t, but a left record at
-        # t is on time until t + after, so the right record closes at t + 0 + 10 + 1 too.
-        ("R", "a", "r", 100, []),                                   # closes at 111
-        ("R", "b", "s", 101, []),                                   # closes at 112
-        ("L", "z", "Z", 110, []),
+        # before 0: a right record's own window [t - 10, t] ends at t: it closes at t + 0 + 1,
+        # while a left record closes at t + 10 + 1. A left partner on time after that joins too.
+        ("R", "a", "r", 100, []),                                   # closes at 101
+        ("R", "b", "s", 101, [("a", "None+r", 100)]),               # closes at 102
+        ("L", "z", "Z", 110, [("b", "None+s", 101)]),
         ("L", "a", "A", 100, [("a", "A+r", 100)]),                  # 100 + after 10 >= 110: on time, joins r
-        ("L", "z", "Z2", 111, []),                                  # r had a partner
-        ("L", "z", "Z3", 112, [("b", "None+s", 101)]),
-    ], 0, id="asymmetric-both-sides-close-at-t-plus-before-plus-after-plus-one"),
+        ("L", "z", "Z2", 111, []),                                  # A had a partner
+        ("L", "z", "Z3", 500, [("z", "Z+None", 110), ("z", "Z2+None", 111)]),
+    ], 0, id="asymmetric-each-side-closes-at-its-own-window-end"),
     pytest.param(W10, [
         ("R", "a", "r", 100, []),
         ("L", "a", "A", 105, [("a", "A+r", 105)]),
         ("L", "z", "Z", 500, [])
     ], 0, id="matched-records-never-give-unmatched-results"),
     pytest.param(W10, [
-        ("R", "a", "r1", 100, []),                                  # both close at 121
+        ("R", "a", "r1", 100, []),                                  # both close at 111
         ("R", "a", "r2", 100, []),
-        ("L", "b", "B", 101, []),                                   # closes at 122
-        ("L", "z", "Z", 120, []),
-        ("L", "z", "Z2", 121, [("a", "None+r1", 100), ("a", "None+r2", 100)]),
-        ("L", "z", "Z3", 122, [("b", "B+None", 101)]),
+        ("L", "b", "B", 101, []),                                   # closes at 112
+        ("L", "z", "Z", 110, []),
+        ("L", "z", "Z2", 111, [("a", "None+r1", 100), ("a", "None+r2", 100)]),
+        ("L", "z", "Z3", 112, [("b", "B+None", 101)]),
     ], 0, id="duplicate-unmatched-right-records-each-give-a-result"),
     pytest.param(W10, [
         ("L", "b", "B", 200, []),
@@ -415,11 +414,11 @@ def test_none_keys_are_joined_with_none_at_once_or_dropped_none_values_ignored(h
 # (steps after the waiting record, None-key records dropped, late records); "due" marks
 # where the waiting record's unmatched result comes out.
 _RELEASE_TRIGGERS = {
-    "none-key": ([("R", None, "n", 121, ["due"])], 1, 0),
-    "none-value": ([("L", "b", None, 121, ["due"])], 0, 0),
-    # The filtered record moves stream time to 121 without reaching the join, so the
-    # next record the join sees is a late one (110 + 10 < 121): it still releases.
-    "late-record": ([("R", "z", "skip", 121, []), ("L", "b", "B", 110, ["due"])], 0, 1),
+    "none-key": ([("R", None, "n", 111, ["due"])], 1, 0),
+    "none-value": ([("L", "b", None, 111, ["due"])], 0, 0),
+    # The filtered record moves stream time to 111 without reaching the join, so the
+    # next record the join sees is a late one (100 + 10 < 111): it still releases.
+    "late-record": ([("R", "z", "skip", 111, []), ("L", "b", "B", 100, ["due"])], 0, 1),
 }
 
 
@@ -430,7 +429,7 @@ _RELEASE_TRIGGERS = {
 @pytest.mark.parametrize("trigger", list(_RELEASE_TRIGGERS))
 def test_any_record_reaching_the_join_releases_due_unmatched_results(
         how: str, waiting: Tuple[str, str, str, int], result: Output, trigger: str) -> None:
-    # The waiting record closes at 100 + 10 + 10 + 0 + 1 = 121; a record reaching the join
+    # The waiting record closes at 100 + 10 + 0 + 1 = 111; a record reaching the join
     # then (a None key, a None value, a late one) releases it first.
     trigger_steps, null_keys, late = _RELEASE_TRIGGERS[trigger]
     driver = TopologyTestDriver(join_app(how, W10, skip=True))
@@ -443,7 +442,7 @@ def test_any_record_reaching_the_join_releases_due_unmatched_results(
 
     run_steps(driver, [
         (*waiting, []),
-        ("L", None, "n0", 120, [(None, "n0+None", 120)]),           # reaches the join; nothing due yet
+        ("L", None, "n0", 110, [(None, "n0+None", 110)]),           # reaches the join; nothing due yet
         *[(side, key, value, timestamp, outputs(side, key, value, timestamp, marks))
           for side, key, value, timestamp, marks in trigger_steps],
         ("R", "z", "later", 500, []),                               # released once only
@@ -618,8 +617,7 @@ def test_each_sides_buffer_and_unmatched_values_use_that_sides_value_serde() -> 
     assert driver.store("j-right-buffer").get("a", 105) == [7]
     assert driver.store("j-left-buffer").get("b", 106) == [{"n": 2}]
     run_steps(driver, [
-        ("R", "z", 9, 127, [("b", [{"n": 2}, None], 106)]),       # b closes at 106 + 21 = 127
-        ("R", "z", 10, 128, [("c", [None, 8], 107)]),            # c at 107 + 21 = 128
+        ("R", "z", 9, 127, [("b", [{"n": 2}, None], 106), ("c", [None, 8], 107)]),  # closed at 117, 118
     ])
 
 
@@ -701,7 +699,8 @@ def brute_force(how: str, windows: sk.JoinWindows, inputs: Sequence[Input]
     count and the None-key count. Straight from the spec: a None-key record of a side that
     waits for partners is joined with None at once (Kafka Streams 3.7+); every non-late record is buffered
     for ever, and a waiting record is released once stream time reaches
-    ``t + before + after + grace + 1`` (either side) by any record that reaches the join.
+    ``t + after + grace + 1`` (left) or ``t + before + grace + 1`` (right) by any record that
+    reaches the join, and a partner arriving on time after that still joins it.
     Records with value "skip" are filtered out before the join (they only move stream time)."""
     before, after, grace = windows.before_ms, windows.after_ms, windows.grace_ms
     reach = {"L": after, "R": before}
@@ -715,7 +714,7 @@ def brute_force(how: str, windows: sk.JoinWindows, inputs: Sequence[Input]
         if value == "skip":
             steps.append(([], []))
             continue
-        closed = sorted((w for w in waiting if w.timestamp + before + after + grace + 1 <= stream_time),
+        closed = sorted((w for w in waiting if w.timestamp + reach[w.side] + grace + 1 <= stream_time),
                         key=lambda w: (w.timestamp, w.seq))
         waiting = [w for w in waiting if w not in closed]
         released = [(w.key, joiner(w.value, None) if w.side == "L" else joiner(None, w.value), w.timestamp)
@@ -818,3 +817,13 @@ def test_the_random_cases_exercise_what_they_are_meant_to() -> None:
                  "released-with-joins",
                  "released-several", "null-keys"):
         assert seen[what] >= 5, (what, seen)
+
+
+def test_kafka_streams_outer_join_example_emits_the_unmatched_right_record_at_its_own_close() -> None:
+    """Issue 18's case: outer join, difference 3, ``right r4@0, right r5@5``: Kafka Streams 4.1
+    emits the unmatched r4 once stream time passes 0 + before 3 + grace 0."""
+    driver = TopologyTestDriver(join_app("outer", sk.JoinWindows.of(3 * MS)))
+    run_steps(driver, [
+        ("R", "k", "r4", 0, []),
+        ("R", "k", "r5", 5, [("k", "None+r4", 0)]),
+    ])

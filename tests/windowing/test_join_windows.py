@@ -53,10 +53,11 @@ def test_both_sides_agree_for_random_asymmetric_windows() -> None:
 
 def test_close_times_include_the_window_end_and_grace() -> None:
     windows = JoinWindows.of(5 * SEC, grace=2 * SEC).after(3 * SEC)
-    # A left record at 100 s can meet right records up to 103 s, which are accepted until their
-    # own window (5 s before them) and grace end: stream time 110 s.
-    assert windows.left_close_time(100_000) == 110_001
-    assert windows.right_close_time(100_000) == 110_001
+    # A left/outer join emits a record without a partner once its own window closes (Kafka
+    # Streams' rule): a left record at 100 s reaches right records up to 103 s, so after grace
+    # it is unmatched from 105 s + 1 ms; a right record reaches left ones up to 105 s: 107 s + 1 ms.
+    assert windows.left_close_time(100_000) == 105_001
+    assert windows.right_close_time(100_000) == 107_001
     assert windows.left_is_late(100_000, 105_001) and not windows.left_is_late(100_000, 105_000)
     assert windows.right_is_late(100_000, 107_001) and not windows.right_is_late(100_000, 107_000)
     assert windows.size_ms == 8_000 and windows.retention_ms == 10_000
