@@ -168,7 +168,7 @@ def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env
                                                           timestamp + difference + 1)]
         by_start = {entry[0]: entry for entry in existing}
         seen = sorted({t for entry in existing for t in (entry[2], entry[3])})
-        for update in updates_for(seen, timestamp):
+        for update in updates_for(seen, timestamp, by_start):
             start, end = update.start, update.end
             if is_closed(end, stream_time):
                 continue

@@ -29,7 +29,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import ClassVar, Iterable, List, Sequence, Set, Tuple, Union
+from typing import ClassVar, Collection, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from ..errors import ConfigError
 
@@ -270,8 +270,8 @@ class SlidingWindows(_Windows):
 
     >>> from datetime import timedelta
     >>> w = SlidingWindows(timedelta(seconds=10))
-    >>> [u.window for u in w.updates_for([20_000], 25_000)]
-    [(15000, 25000), (20001, 30001)]
+    >>> [u.window for u in w.updates_for([20_000], 25_000)]   # previous record's right, then left
+    [(20001, 30001), (15000, 25000)]
     """
 
     time_difference: timedelta
@@ -306,20 +306,28 @@ class SlidingWindows(_Windows):
         """
         return 2 * self._difference_ms + self._grace_ms + 1
 
-    def updates_for(self, seen_ms: Sequence[int], timestamp_ms: int) -> List[SlidingWindowUpdate]:
+    def updates_for(self, seen_ms: Sequence[int], timestamp_ms: int,
+                    existing_starts: Optional[Collection[int]] = None) -> List[SlidingWindowUpdate]:
         """The windows to create or update when a record at ``timestamp_ms`` arrives.
 
         ``seen_ms``: the sorted timestamps of the key's earlier records (duplicates
         allowed). Only those in ``[t - time_difference - 1, t + time_difference + 1]``
-        matter; others are ignored, so passing more is fine. Returned by start:
+        matter; others are ignored, so passing more is fine. ``existing_starts``: the
+        starts of the windows the store holds near ``t`` (default: those ``seen_ms``
+        define); a stored window holding ``t`` is updated even when ``seen_ms`` does not
+        define it (a late record's right window, whose own record is in no stored window).
 
-        1. the new record's left window, created unless it exists;
-        2. its right window, created if some record lies in ``(t, t + time_difference]``
-           and it does not exist yet (it does not include the new record);
-        3. the previous record's right window, created if it did not exist and the
-           new record falls in it;
-        4. every existing window holding ``t``, updated.
+        1. every existing window holding ``t``, updated;
+        2. the previous record's right window, created if it did not exist and the new
+           record falls in it;
+        3. the new record's left window, created unless it exists;
+        4. its right window, created if some record lies in ``(t, t + time_difference]``
+           and it does not exist yet (it does not include the new record).
 
+        Returned in the order Kafka Streams forwards them: the existing windows by
+        descending start, then 2, 3, 4. For an early record (``t < time_difference``,
+        whose left window is the shared ``[0, time_difference]``): existing windows other
+        than the shared one by ascending start, then 4, 2, and the shared window last.
         Closed windows are included: skip those for which ``is_closed`` holds.
         """
         _check_timestamp(timestamp_ms)
@@ -332,14 +340,35 @@ class SlidingWindows(_Windows):
         if near and near[0] < 0:
             raise ValueError(f"updates_for(): seen_ms holds a negative timestamp ({near[0]})")
         before = _sliding_windows(near, difference)
+        existing = before if existing_starts is None else {(s, s + difference) for s in existing_starts}
         near.insert(bisect_right(near, timestamp_ms), timestamp_ms)
-        after = _sliding_windows(near, difference)
-        return [
-            SlidingWindowUpdate(start, end, created=(start, end) not in before,
-                                includes_record=start <= timestamp_ms <= end)
-            for start, end in sorted(after)
-            if start <= timestamp_ms <= end or (start, end) not in before
-        ]
+        touched = {w for w in _sliding_windows(near, difference)
+                   if w[0] <= timestamp_ms <= w[1] or w not in existing}
+        touched |= {w for w in existing if w[0] <= timestamp_ms <= w[1]}
+        updates = [SlidingWindowUpdate(start, end, created=(start, end) not in existing,
+                                       includes_record=start <= timestamp_ms <= end)
+                   for start, end in touched]
+        return _forwarding_order(updates, timestamp_ms, difference)
+
+
+def _forwarding_order(updates: List[SlidingWindowUpdate], timestamp_ms: int,
+                      difference_ms: int) -> List[SlidingWindowUpdate]:
+    """``updates`` in Kafka Streams' forwarding order (see :meth:`SlidingWindows.updates_for`)."""
+    left = _left_window(timestamp_ms, difference_ms)
+    right_start = timestamp_ms + 1
+    updated = [u for u in updates if not u.created and u.window != left]
+    created = {"left": [], "right": [], "previous": []}  # type: Dict[str, List[SlidingWindowUpdate]]
+    left_updates = [u for u in updates if u.window == left]
+    for u in updates:
+        if u.created and u.window != left:
+            created["right" if u.start == right_start else "previous"].append(u)
+    if timestamp_ms < difference_ms:  # early: the shared [0, d] window goes last
+        return (sorted(updated, key=lambda u: u.start) + created["right"] + created["previous"]
+                + left_updates)
+    existing_left = [u for u in left_updates if not u.created]
+    created_left = [u for u in left_updates if u.created]
+    return (sorted(updated + existing_left, key=lambda u: -u.start) + created["previous"] + created_left
+            + created["right"])
 
 
 @dataclass(frozen=True)

@@ -152,19 +152,20 @@ def emitted(driver: TopologyTestDriver, topic: str = "red-out") -> List[Tuple[Wi
 
 
 def test_emits_every_created_and_updated_window_in_order():
+    """In Kafka Streams' order: the previous record's right window, then the left window."""
     driver = sliding_driver(D, BIG_GRACE)
     pipe_timestamps(driver, [100])
     assert emitted(driver) == [((90, 100), [100], 100)]
     pipe_timestamps(driver, [105])
-    assert emitted(driver) == [((95, 105), [100, 105], 105),    # left window, content of [90,100]
-                               ((101, 111), [105], 105)]         # 100's right window, now non-empty
+    assert emitted(driver) == [((101, 111), [105], 105),         # 100's right window, now non-empty
+                               ((95, 105), [100, 105], 105)]     # left window, content of [90,100]
     pipe_timestamps(driver, [115])
-    assert emitted(driver) == [((105, 115), [105, 115], 115),
-                               ((106, 116), [115], 115)]
+    assert emitted(driver) == [((106, 116), [115], 115),
+                               ((105, 115), [105, 115], 115)]
     counts = driver.output_topic("cnt-out").read_records()
     assert [(r.key, r.value, r.timestamp) for r in counts] == [
-        (W("k", 90, 100), 1, 100), (W("k", 95, 105), 2, 105), (W("k", 101, 111), 1, 105),
-        (W("k", 105, 115), 2, 115), (W("k", 106, 116), 1, 115)]
+        (W("k", 90, 100), 1, 100), (W("k", 101, 111), 1, 105), (W("k", 95, 105), 2, 105),
+        (W("k", 106, 116), 1, 115), (W("k", 105, 115), 2, 115)]
 
 
 def test_out_of_order_record_emits_all_four_kinds_of_update():
@@ -172,10 +173,10 @@ def test_out_of_order_record_emits_all_four_kinds_of_update():
     pipe_timestamps(driver, [100, 115])
     assert emitted(driver) == [((90, 100), [100], 100), ((105, 115), [115], 115)]
     pipe_timestamps(driver, [108])
-    assert emitted(driver) == [
-        ((98, 108), [100, 108], 108),   # its left window, created with 100
-        ((101, 111), [108], 108),       # the previous record's right window, created
+    assert emitted(driver) == [        # Kafka Streams' order:
         ((105, 115), [108, 115], 115),  # an existing window holding it; result time stays 115
+        ((101, 111), [108], 108),       # the previous record's right window, created
+        ((98, 108), [100, 108], 108),   # its left window, created with 100
         ((109, 119), [115], 115),       # its own right window: holds 115, not the new record
     ]
 
@@ -184,10 +185,10 @@ def test_duplicate_timestamp_updates_only_existing_windows():
     driver = sliding_driver(D, BIG_GRACE)
     pipe_timestamps(driver, [100, 105])
     emitted(driver)
-    pipe_timestamps(driver, [105])
-    assert emitted(driver) == [((95, 105), [100, 105, 105], 105), ((101, 111), [105, 105], 105)]
+    pipe_timestamps(driver, [105])   # existing windows, by descending start
+    assert emitted(driver) == [((101, 111), [105, 105], 105), ((95, 105), [100, 105, 105], 105)]
     pipe_timestamps(driver, [100])
-    assert emitted(driver) == [((90, 100), [100, 100], 100), ((95, 105), [100, 100, 105, 105], 105)]
+    assert emitted(driver) == [((95, 105), [100, 100, 105, 105], 105), ((90, 100), [100, 100], 100)]
 
 
 def test_early_records_emit_the_shared_window_and_right_windows():
@@ -195,14 +196,38 @@ def test_early_records_emit_the_shared_window_and_right_windows():
     pipe_timestamps(driver, [9, 0])
     assert emitted(driver) == [
         ((0, 10), [9], 9),
+        ((1, 11), [9], 9),  # 0's right window holds 9 (an early record's right window comes first)
         ((0, 10), [0, 9], 9),
-        ((1, 11), [9], 9),  # 0's right window holds 9
     ]
     pipe_timestamps(driver, [10])
     assert emitted(driver) == [
-        ((0, 10), [0, 9, 10], 10),   # 10 == d: its left window is [0, d] as well
         ((1, 11), [9, 10], 10),
+        ((0, 10), [0, 9, 10], 10),   # 10 == d: its left window is [0, d] as well
         ((10, 20), [10], 10),        # 9's right window
+    ]
+
+
+def test_a_right_window_made_by_a_late_record_is_updated_by_a_later_one():
+    """Kafka Streams 4.1 (difference 12, grace 4): c@45, a@52, c@40, c@52. c@40's own left
+    window is closed, but it creates its right window [41,53] (holding 45); c@52 falls in it
+    and must update it to 2, though no window records 40's existence."""
+    app = sk.App("sliding-late-right")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        (b.stream("in").group_by_key()
+          .windowed_by(sk.SlidingWindows(time_difference=12 * MS, grace=4 * MS))
+          .count(name="cnt").to_stream().to("cnt-out"))
+    driver = TopologyTestDriver(app)
+    for key, t in [("c", 45), ("a", 52), ("c", 40), ("c", 52)]:
+        driver.input_topic("in").pipe_input(key, 1, t)
+    records = [(r.key, r.value, r.timestamp) for r in driver.output_topic("cnt-out").read_records()]
+    assert records == [
+        (W("c", 33, 45), 1, 45), (W("a", 40, 52), 1, 52),
+        (W("c", 41, 53), 1, 45),                        # c@40's right window, created
+        (W("c", 41, 53), 2, 52),                        # c@52 updates it (existing, by descending start)
+        (W("c", 46, 58), 1, 52),                        # 45's right window, created
+        (W("c", 40, 52), 2, 52),                        # c@52's left window: 45 and 52
     ]
 
 

@@ -233,7 +233,7 @@ def updates(seen: List[int], timestamp: int, windows: SlidingWindows = SLIDING) 
     ([20, 20, 25, 25], 25, [(15, 25, "i"), (21, 31, "i")]),
 ])
 def test_sliding_updates(seen, timestamp, expected):
-    assert updates(seen, timestamp) == expected
+    assert sorted(updates(seen, timestamp)) == expected  # (the order is tested below)
 
 
 @pytest.mark.parametrize("seen, timestamp, expected", [
@@ -246,7 +246,7 @@ def test_sliding_updates(seen, timestamp, expected):
     ([12], 3, [(0, 10, "ci"), (2, 12, "i"), (4, 14, "c")]),           # early record under a later window
 ])
 def test_sliding_records_earlier_than_the_difference_share_window_zero(seen, timestamp, expected):
-    assert updates(seen, timestamp) == expected
+    assert sorted(updates(seen, timestamp)) == expected
 
 
 def test_sliding_ignores_timestamps_out_of_range():
@@ -256,9 +256,36 @@ def test_sliding_ignores_timestamps_out_of_range():
 
 
 def test_sliding_update_fields():
-    update = SLIDING.updates_for([20], 25)[0]
+    update = SLIDING.updates_for([20], 25)[1]
     assert update == SlidingWindowUpdate(15, 25, created=True, includes_record=True)
     assert update.window == (15, 25)
+
+
+@pytest.mark.parametrize("seen, timestamp, expected", [
+    # Kafka Streams 4.1 forwards the existing windows holding the record by descending start,
+    # then creates the previous record's right window, the left window, the right window.
+    ([20, 25], 22, [(21, 31, "i"), (15, 25, "i"), (12, 22, "ci"), (23, 33, "c")]),
+    ([20, 32], 25, [(22, 32, "i"), (21, 31, "ci"), (15, 25, "ci"), (26, 36, "c")]),
+    ([20], 25, [(21, 31, "ci"), (15, 25, "ci")]),
+    # the issue's case (difference 2): a@6, then a@4 updates [4,6] before creating [2,4]
+    ([6], 4, [(4, 6, "i"), (2, 4, "ci"), (5, 7, "c")]),
+    # an early record: other existing windows ascending, its right window, the previous
+    # record's right window, and the shared [0, d] window last (Kafka's processEarly)
+    ([12], 3, [(2, 12, "i"), (4, 14, "c"), (0, 10, "ci")]),
+    ([3, 7], 5, [(4, 14, "i"), (6, 16, "c"), (0, 10, "i")]),
+])
+def test_sliding_updates_come_in_kafka_streams_forwarding_order(seen, timestamp, expected):
+    windows = SlidingWindows(ms(2)) if timestamp == 4 else SLIDING
+    assert updates(seen, timestamp, windows) == expected
+
+
+def test_sliding_updates_include_a_stored_window_no_seen_record_defines():
+    """A late record's right window holds only later records: no timestamp in ``seen``
+    defines it, yet a record falling in it must update it (issue 18, item 2)."""
+    windows = SlidingWindows(ms(12), grace=ms(4))
+    # c@45 then c@40 at stream time 52: [41, 53] was created (holding 45); [33, 45] is stored.
+    result = windows.updates_for([45], 52, existing_starts={33, 41})
+    assert (41, 53) in [u.window for u in result if not u.created and u.includes_record]
 
 
 def test_sliding_rejects_bad_input():
@@ -299,7 +326,7 @@ def test_sliding_updates_maintain_exact_window_contents(seed):
     for _ in range(60):
         t = rng.randrange(0, 120)
         result = windows.updates_for(seen, t)
-        assert [u.start for u in result] == sorted(u.start for u in result)
+        assert len({u.start for u in result}) == len(result)
         for u in result:
             assert u.created == (u.window not in counts)
             assert u.includes_record == (u.start <= t <= u.end)
