@@ -478,3 +478,45 @@ def test_random_updates_match_a_brute_force_join(how: str, seed: int) -> None:
     expected = brute_force(how, left, right)
     assert {k: v for k, v in emitted.items() if v is not None} == expected
     assert dict(driver.store("J").all()) == expected
+
+
+@pytest.mark.parametrize("how", ["join", "left_join"])
+@pytest.mark.parametrize("seed", range(10))
+def test_random_out_of_order_updates_stamp_results_as_kafka_streams_does(how: str, seed: int) -> None:
+    """Property, with timestamps out of order: a result caused by a left upsert is stamped
+    with the later of that upsert and the right row it joined (the upsert's own time when
+    there is no right row); a result caused by a right update carries that update's time."""
+    rng = random.Random(1000 + seed)
+    app = sk.App("fk-random-time")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        getattr(b.table("left", name="L"), how)(
+            b.table("right", name="R"), lambda row, other: [row["n"], other],
+            foreign_key_extractor=lambda row: row["fk"], name="J").to_stream().to("out")
+
+    driver = TopologyTestDriver(app)
+    left_topic, right_topic = driver.input_topic("left"), driver.input_topic("right")
+    right_time: Dict[str, int] = {}
+    checked = 0
+    for _ in range(120):
+        timestamp = rng.randint(0, 200)
+        if rng.random() < 0.55:
+            key = rng.choice(LEFT_KEYS)
+            row = {"n": rng.randint(0, 3), "fk": rng.choice(FOREIGN_KEYS)}
+            left_topic.pipe_input(key, row, timestamp)
+            fk = row["fk"]
+            expected = max(timestamp, right_time[fk]) if fk in right_time else timestamp
+        else:
+            key = rng.choice(RIGHT_KEYS)
+            if rng.random() < 0.3:
+                right_time.pop(key, None)
+                right_topic.pipe_input(key, None, timestamp)
+            else:
+                right_time[key] = timestamp
+                right_topic.pipe_input(key, rng.randint(0, 2), timestamp)
+            expected = timestamp
+        for record in driver.output_topic("out").read_records():
+            assert record.timestamp == expected, (record, expected)
+            checked += 1
+    assert checked > 20

@@ -12,6 +12,8 @@ as ``(Windowed(key, start, end), value, timestamp)``, written out by hand.
 from __future__ import annotations
 
 import logging
+import random
+from collections import Counter
 from datetime import timedelta
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -223,6 +225,28 @@ def test_none_keys_are_dropped_and_counted_none_values_aggregated(op: str, input
     assert read(driver) == expected
     assert driver.metrics()["null_key_records_dropped"] == null_keys
     assert driver.metrics()["late_records_dropped"] == 0
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_property_counts_take_every_record_with_a_key_none_values_included(seed: int) -> None:
+    """Random keys (some None), values (some None) and out-of-order timestamps, nothing late:
+    every hopping window's final count is the number of records with a key in it, and the
+    None keys are exactly the records counted as dropped."""
+    rng = random.Random(seed)
+    windows = sk.HoppingWindows(size=timedelta(milliseconds=10), advance=timedelta(milliseconds=5),
+                                grace=timedelta(days=1))
+    driver = make_driver(windowed_agg(windows))
+    inputs = [(rng.choice(["a", "b", None]), rng.choice(["x", None]), rng.randint(0, 100)) for _ in range(80)]
+    pipe(driver, inputs)
+    final = {(k.key, k.start): v for k, v, _ts in read(driver)}
+    expected: Counter = Counter()
+    for key, _value, t in inputs:
+        if key is not None:
+            for start in range(max(0, t - t % 5 - 5), t + 1, 5):
+                if start <= t < start + 10:
+                    expected[(key, start)] += 1
+    assert final == dict(expected)
+    assert driver.metrics()["null_key_records_dropped"] == sum(1 for k, _v, _t in inputs if k is None)
 
 
 def test_a_none_value_counts_in_every_hopping_window_holding_it() -> None:
