@@ -434,6 +434,18 @@ def brute_force(how: str, left: Dict[str, Dict[str, Any]], right: Dict[str, int]
     return results
 
 
+def _random_fk_app(how: str, app_id: str) -> sk.App:
+    """left (store "L") <how> right (store "R") on row["fk"], named "J", joiner [n, other] -> out."""
+    app = sk.App(app_id)
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        getattr(b.table("left", name="L"), how)(
+            b.table("right", name="R"), lambda row, other: [row["n"], other],
+            foreign_key_extractor=lambda row: row["fk"], name="J").to_stream().to("out")
+    return app
+
+
 @pytest.mark.parametrize("how", ["join", "left_join"])
 @pytest.mark.parametrize("seed", range(10))
 def test_random_updates_match_a_brute_force_join(how: str, seed: int) -> None:
@@ -441,15 +453,7 @@ def test_random_updates_match_a_brute_force_join(how: str, seed: int) -> None:
     right upserts/deletes. After every input the results store equals the brute-force
     join of the current tables; at the end so does the last value emitted per key."""
     rng = random.Random(seed)
-    app = sk.App("fk-random")
-
-    @app.topology
-    def build(b: sk.StreamsBuilder) -> None:
-        getattr(b.table("left", name="L"), how)(
-            b.table("right", name="R"), lambda row, other: [row["n"], other],
-            foreign_key_extractor=lambda row: row["fk"], name="J").to_stream().to("out")
-
-    driver = TopologyTestDriver(app)
+    driver = TopologyTestDriver(_random_fk_app(how, "fk-random"))
     left_topic, right_topic = driver.input_topic("left"), driver.input_topic("right")
     left: Dict[str, Dict[str, Any]] = {}
     right: Dict[str, int] = {}
@@ -487,15 +491,7 @@ def test_random_out_of_order_updates_stamp_results_as_kafka_streams_does(how: st
     with the later of that upsert and the right row it joined (the upsert's own time when
     there is no right row); a result caused by a right update carries that update's time."""
     rng = random.Random(1000 + seed)
-    app = sk.App("fk-random-time")
-
-    @app.topology
-    def build(b: sk.StreamsBuilder) -> None:
-        getattr(b.table("left", name="L"), how)(
-            b.table("right", name="R"), lambda row, other: [row["n"], other],
-            foreign_key_extractor=lambda row: row["fk"], name="J").to_stream().to("out")
-
-    driver = TopologyTestDriver(app)
+    driver = TopologyTestDriver(_random_fk_app(how, "fk-random-time"))
     left_topic, right_topic = driver.input_topic("left"), driver.input_topic("right")
     right_time: Dict[str, int] = {}
     checked = 0
