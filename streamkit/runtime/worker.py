@@ -112,6 +112,9 @@ class Worker:
         with_dlq = "dead_letter" in (app.deserialization_error_handler, app.processing_error_handler)
         self.partitions = prepare_topics(topology, transport.admin, with_dlq=with_dlq)
         self._writers = repartition_writers(topology, self.partitions)
+        self._marker_topics = {sub.id: written_repartition_topics(topology, sub.id)
+                               for sub in topology.sub_topologies}
+        """Per sub-topology: the repartition topics its tasks announce progress to."""
         self._plan_tasks = {}
         for sub_id, partition in tasks_of(topology, self.partitions):
             sub = topology.sub_topologies[sub_id]
@@ -292,7 +295,7 @@ class Worker:
         has_unread = self._consumer.has_unread
         for tid, task in self.tasks.items():
             sub_id = task.sub_topology.id
-            topics = written_repartition_topics(self.topology, sub_id)
+            topics = self._marker_topics[sub_id]
             if not topics:
                 continue
             idle = self._inputs[tid].idle(now, self._max_task_idle, has_unread)
