@@ -107,3 +107,50 @@ def test_a_late_record_in_a_stream_stream_join_is_rejected() -> None:
     driver.input_topic("right").pipe_input("a", "r99", 99)   # 99 + 5 < 200: late
     assert _records(driver) == []
     assert driver.metrics()["late_records_dropped"] == 1
+
+
+def test_a_sliding_window_is_forwarded_once_per_record() -> None:
+    """Difference 5: ``a@4, a@10``. The previous record's right window and the new
+    record's left window are both [5, 10]; Kafka creates and forwards it twice in a row
+    (``a@[5,10]=1``, ``a@[5,10]=1``). One record per window."""
+    app = sk.App("kafka-wrong-sliding-twice")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        (b.stream("in").group_by_key().windowed_by(sk.SlidingWindows(time_difference=5 * MS, grace=100 * MS))
+          .count(name="c").to_stream().to("out"))
+    driver = TopologyTestDriver(app)
+    for t in (4, 10):
+        driver.input_topic("in").pipe_input("a", 1, t)
+    assert _records(driver) == [(W("a", 0, 5), 1, 4), (W("a", 5, 10), 1, 10)]
+
+
+def test_a_table_join_emits_nothing_for_an_update_that_leaves_its_result_unchanged() -> None:
+    """``L a=x@1, R a=y@2, L a=x@3, R a=y@4, R a=z@5``. Kafka forwards ``a=x+y`` again at 3
+    and 4; the joined table has not changed, so nothing is emitted until the update at 5.
+    The same holds for a foreign-key join and a self-join."""
+    app = sk.App("kafka-wrong-no-op")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        b.table("l", name="L").join(b.table("r", name="R"), lambda a, c: f"{a}+{c}", name="J").to_stream().to("out")
+    driver = TopologyTestDriver(app)
+    for topic, value, t in (("l", "x", 1), ("r", "y", 2), ("l", "x", 3), ("r", "y", 4), ("r", "z", 5)):
+        driver.input_topic(topic).pipe_input("a", value, t)
+    assert _records(driver) == [("a", "x+y", 2), ("a", "x+z", 5)]
+
+
+def test_a_foreign_key_join_emits_nothing_for_a_no_op_right_update() -> None:
+    app = sk.App("kafka-wrong-fk-no-op")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        orders, customers = b.table("orders", name="O"), b.table("customers", name="C")
+        orders.join(customers, lambda o, c: f"{o['item']}@{c}", foreign_key_extractor=lambda o: o["customer"],
+                    name="J").to_stream().to("out")
+    driver = TopologyTestDriver(app)
+    driver.input_topic("customers").pipe_input("c1", "ann", 1)
+    driver.input_topic("orders").pipe_input("o1", {"item": "tea", "customer": "c1"}, 2)
+    driver.input_topic("customers").pipe_input("c1", "ann", 3)
+    driver.input_topic("customers").pipe_input("c1", "bob", 4)
+    assert _records(driver) == [("o1", "tea@ann", 2), ("o1", "tea@bob", 4)]

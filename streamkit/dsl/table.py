@@ -150,8 +150,11 @@ class Table:
         left_node, left_store, left_view = self._materialized_view(node)
         right_node, right_store, right_view = other._materialized_view(node)
         if extractor is None:
+            # A self-join (both sides views of one store) reads the store owner's own
+            # updates, so each update is joined once, old view with old view.
+            parents = (left_node,) if left_node == right_node else (self._node, other._node)
             self._draft.append(ir.TableTableJoinNode(
-                node, (self._node, other._node), joiner=joiner, how=how, left_store=left_store,
+                node, parents, joiner=joiner, how=how, left_store=left_store,
                 right_store=right_store, left_view=left_view, right_view=right_view))
             return Table(self._draft, node, key_serde=self._key_serde)
         return self._foreign_key_join(other, joiner, extractor, node, value_serde, left_store, left_view,

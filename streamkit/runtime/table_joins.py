@@ -42,6 +42,18 @@ def _result_rule(how: str, join: Callable[[Any, Any], Any]) -> Callable[[Any, An
     return lambda left, right: None if left is None and right is None else join(left, right)
 
 
+def unchanged(new: Any, old: Any) -> bool:
+    """Whether a join result is the one already emitted: an update that leaves it as
+    it was (a no-op update of either side) emits nothing, unlike Kafka Streams, which
+    forwards the same result again."""
+    if new is old:
+        return True
+    try:
+        return bool(type(new) is type(old) and new == old)
+    except Exception:  # values without a truth-valued ==, e.g. arrays: treat as changed
+        return False
+
+
 def _row_reader(name: str, store: Any, steps: Tuple[Tuple[str, Callable[..., Any], bool], ...]
                 ) -> Callable[[Any], Tuple[Any, int]]:
     """``read(key) -> (value through the table's steps or None, its timestamp or -1)``,
@@ -71,6 +83,8 @@ def compile_table_table_join(node: ir.TableTableJoinNode, downstream: Downstream
             raise user_error(name, exc) from exc
 
     result = _result_rule(node.how, join)
+    if node.self_join:
+        return _self_join(node, result, downstream)
     stores = task.stores
     read = (_row_reader(name, stores[node.left_store], node.left_view),
             _row_reader(name, stores[node.right_store], node.right_view))
@@ -87,7 +101,7 @@ def compile_table_table_join(node: ir.TableTableJoinNode, downstream: Downstream
                 new, old = result(change.new, other), result(change.old, other)
             else:
                 new, old = result(other, change.new), result(other, change.old)
-            if new is None and old is None:
+            if unchanged(new, old):
                 return
             if other is not None and other_time > timestamp:
                 timestamp = other_time
@@ -95,6 +109,29 @@ def compile_table_table_join(node: ir.TableTableJoinNode, downstream: Downstream
         return table_table_join
 
     return side(True), side(False)
+
+
+def _self_join(node: ir.TableTableJoinNode, result: Callable[[Any, Any], Any], downstream: Downstream
+               ) -> Downstream:
+    """A table joined with a view of itself: fed by the store's owner, so both sides
+    of the old result are the row before the update (reading the store would give the
+    updated row for both), and each update is emitted once."""
+    name, left_view, right_view = node.name, node.left_view, node.right_view
+    Change = ir.Change
+
+    def joined(key: Any, value: Any) -> Any:
+        if value is None:
+            return None
+        return result(apply_view(name, left_view, key, value), apply_view(name, right_view, key, value))
+
+    def table_self_join(key: Any, change: ir.Change, timestamp: int) -> None:
+        if key is None:
+            return
+        new, old = joined(key, change.new), joined(key, change.old)
+        if unchanged(new, old):
+            return
+        downstream(key, Change(new, old), timestamp)
+    return table_self_join
 
 
 def compile_fk_subscribe(node: ir.ForeignKeySubscribeNode, downstream: Downstream, env: CompileEnv) -> Downstream:
@@ -211,7 +248,7 @@ def compile_fk_join(node: ir.ForeignKeyJoinNode, downstream: Downstream, env: Co
                 except Exception as exc:
                     raise user_error(name, exc) from exc
         old = results.get(key)
-        if new is None and old is None:
+        if unchanged(new, old):
             return
         results.put(key, new)
         downstream(key, Change(new, old), timestamp)

@@ -30,6 +30,9 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
         self._vser = lambda value: _NO_TIMESTAMP + value_serialize(value)
         self._vdes = lambda raw: value_deserialize(raw[8:])
         self._key_bytes: Dict[Any, bytes] = {}
+        # When a flush listener forwards cached updates, a deletion is forwarded at its
+        # own timestamp (the buffer keeps no timestamp for a deleted key).
+        self._deleted_at: Optional[Dict[bytes, int]] = None
 
     def get_with_timestamp(self, key: Any) -> Optional[Tuple[Any, int]]:
         """``(value, timestamp)`` of ``key``, or ``None``."""
@@ -62,6 +65,8 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
     def put_serialized(self, key: bytes, value: Any, timestamp: int) -> None:
         if value is None:
             self.inner.delete(key)
+            if self._deleted_at is not None:
+                self._deleted_at[key] = timestamp
         else:
             self.inner.put(key, _TIMESTAMP.pack(timestamp) + self._value_serialize(value))
 
@@ -75,9 +80,11 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
         """Call ``listener(key, new_value, old_value, timestamp)`` for each key written
         since the last commit, when the commit flushes the store (the record cache)."""
         key_deserialize, decode = self._kdes, self.decode
+        deleted_at = self._deleted_at = {} if self._deleted_at is None else self._deleted_at
 
         def raw_listener(key: bytes, new: Optional[bytes], old: Optional[bytes]) -> None:
             new_value, timestamp = decode(new)
             old_value, old_timestamp = decode(old)
-            listener(key_deserialize(key), new_value, old_value, timestamp if new is not None else old_timestamp)
+            deleted = deleted_at.pop(key, old_timestamp)
+            listener(key_deserialize(key), new_value, old_value, timestamp if new is not None else deleted)
         self.inner.flush_listeners.append(raw_listener)

@@ -365,7 +365,11 @@ class StreamStreamJoinNode(Node):
 class TableTableJoinNode(Node):
     """Joins two tables on their key; ``parents`` are (left, right), each forwarding its
     updates. An update of either side emits the new joined value (or its deletion) as a
-    Change, reading the other side's store through its stateless steps (``*_view``)."""
+    Change, reading the other side's store through its stateless steps (``*_view``).
+
+    A self-join (both sides views of one store) has one parent, the store's owner: each
+    of its updates ``Change(new, old)`` emits ``Change(join(left(new), right(new)),
+    join(left(old), right(old)))`` once."""
 
     joiner: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
     how: str = "inner"
@@ -380,6 +384,10 @@ class TableTableJoinNode(Node):
     @property
     def stores(self) -> Tuple[str, ...]:
         return (self.left_store, self.right_store)
+
+    @property
+    def self_join(self) -> bool:
+        return len(self.parents) == 1
 
 
 @dataclass(frozen=True)

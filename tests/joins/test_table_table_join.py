@@ -304,25 +304,102 @@ def test_an_aggregated_table_can_be_joined() -> None:
     assert read(driver) == [("u1", "ann:None", 1), ("u1", "ann:1", 2), ("u1", "ann:2", 3)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "self-join of a table (t.join(t.map_values(...))): deleting the key emits no deletion, so the "
-    "joined result outlives its row; both join sides read the already-updated store, so the old result "
-    "is computed as None (runtime/table_joins.py compile_table_table_join)"))
-def test_a_table_joined_with_a_view_of_itself_retracts_on_delete() -> None:
+# -- self-joins (issue 18 item 5): one result per update, the old one from the row before it --------
+
+def _self_join_app(how: str, left: Callable[[sk.Table], sk.Table], right: Callable[[sk.Table], sk.Table],
+                   source: Callable[[sk.StreamsBuilder], sk.Table]) -> sk.App:
     app = sk.App("tt-self")
 
     @app.topology
     def build(b: sk.StreamsBuilder) -> None:
-        table = b.table("t", name="T")
-        table.join(table.map_values(lambda v: v * 10), lambda a, c: [a, c], name="J").to_stream().to("out")
+        table = source(b)
+        getattr(left(table), how)(right(table), lambda a, c: [a, c], name="J").to_stream().to("out")
+    return app
 
-    driver = TopologyTestDriver(app)
-    source = driver.input_topic("t")
-    source.pipe_input("k", 1, 1)
-    source.pipe_input("k", 2, 2)
-    source.pipe_input("k", None, 3)
-    last: Dict[Any, Any] = dict(driver.output_topic("out").read_key_values())
-    assert last == {"k": None}
+
+def _table(b: sk.StreamsBuilder) -> sk.Table:
+    return b.table("t", name="T")
+
+
+def _summed(b: sk.StreamsBuilder) -> sk.Table:
+    return b.stream("t").group_by_key().reduce(lambda a, c: a + c, name="T")
+
+
+SELF_JOIN_CASES = {
+    # an update replaces the result once; a delete retracts it
+    "inner, map_values view": (
+        "join", lambda t: t, lambda t: t.map_values(lambda v: v * 10), _table,
+        [("k", 1, 1), ("k", 2, 2), ("k", None, 3), ("k", None, 4)],
+        [("k", [1, 10], 1), ("k", [2, 20], 2), ("k", None, 3)]),
+    # the right view filters the row out and back in: the inner result follows it
+    "inner, filter view": (
+        "join", lambda t: t, lambda t: t.filter(lambda k, v: v > 1), _table,
+        [("k", 1, 1), ("k", 2, 2), ("k", 0, 3), ("j", 0, 4)],
+        [("k", [2, 2], 2), ("k", None, 3)]),
+    # a left self-join keeps the row while the right view has none
+    "left, filter view": (
+        "left_join", lambda t: t.map_values(lambda v: -v), lambda t: t.filter(lambda k, v: v > 1), _table,
+        [("k", 1, 1), ("k", 2, 2), ("k", 0, 3), ("k", None, 5)],
+        [("k", [-1, None], 1), ("k", [-2, 2], 2), ("k", [0, None], 3), ("k", None, 5)]),
+    # outer: a row filtered out of both views has no result
+    "outer, both filtered": (
+        "outer_join", lambda t: t.filter(lambda k, v: v % 2 == 0), lambda t: t.filter(lambda k, v: v > 2), _table,
+        [("k", 1, 1), ("k", 2, 2), ("k", 3, 3), ("k", 4, 4), ("k", None, 6)],
+        [("k", [2, None], 2), ("k", [None, 3], 3), ("k", [4, 4], 4), ("k", None, 6)]),
+    # the store's owner may be an aggregation: its Change(new, old) feeds the join
+    "inner, aggregated table": (
+        "join", lambda t: t, lambda t: t.map_values(lambda v: v * 10), _summed,
+        [("k", 1, 1), ("k", 2, 2), ("j", 5, 3)],
+        [("k", [1, 10], 1), ("k", [3, 30], 2), ("j", [5, 50], 3)]),
+}
+
+
+@pytest.mark.parametrize("case", SELF_JOIN_CASES)
+def test_a_table_joined_with_a_view_of_itself_emits_once_and_retracts_on_delete(case: str) -> None:
+    how, left, right, source, inputs, expected = SELF_JOIN_CASES[case]
+    driver = TopologyTestDriver(_self_join_app(how, left, right, source))
+    topic = driver.input_topic("t")
+    for key, value, timestamp in inputs:
+        topic.pipe_input(key, value, timestamp)
+    assert read(driver) == expected
+
+
+def test_a_self_join_reads_the_store_owner_and_describes_one_input() -> None:
+    app = _self_join_app("join", lambda t: t, lambda t: t.map_values(lambda v: v), _table)
+    [join] = [node for node in app.build().nodes.values() if node.name == "J"]
+    assert join.parents == ("T",) and join.self_join
+    assert "Processor: J (inner join of tables, stores: [T, T])" in app.describe()
+
+
+@pytest.mark.parametrize("how", ["join", "left_join", "outer_join"])
+def test_a_randomized_self_join_emits_each_update_once_from_the_rows_before_and_after(how: str) -> None:
+    """Invariant, for random updates and deletes of a few keys: an update of a row
+    emits exactly one record, ``join(left(new), right(new))``, unless it leaves the
+    result as it was (absent, or equal); nothing else is emitted."""
+    rules = {"join": lambda a, c: None if a is None or c is None else [a, c],
+             "left_join": lambda a, c: None if a is None else [a, c],
+             "outer_join": lambda a, c: None if a is None and c is None else [a, c]}
+    rule = rules[how]
+
+    def joined(value: Any) -> Any:
+        if value is None:
+            return None
+        return rule(None if value == 2 else value, value * 10 if value % 3 else None)
+
+    rng = random.Random(f"self-join {how}")
+    inputs = [(rng.choice("abc"), rng.choice([None, 1, 2, 3, 4, 5, 6]), t) for t in range(400)]
+    driver = TopologyTestDriver(_self_join_app(
+        how, lambda t: t.filter(lambda k, v: v != 2),
+        lambda t: t.filter(lambda k, v: v % 3 != 0).map_values(lambda v: v * 10), _table))
+    rows: Dict[str, Any] = {}
+    expected: List[Output] = []
+    for key, value, timestamp in inputs:
+        driver.input_topic("t").pipe_input(key, value, timestamp)
+        old, rows[key] = rows.get(key), value
+        if joined(value) != joined(old):
+            expected.append((key, joined(value), timestamp))
+    assert read(driver) == expected
+    assert len(expected) > 100
 
 
 # -- topology: co-partitioning, describe, errors ---------------------------------------------------

@@ -102,3 +102,28 @@ def test_a_suppression_downstream_gets_every_window_update_despite_caching(tmp_p
     task.process("in", [(0, 1, b"a", b"1", None), (1, 2, b"a", b"1", None), (2, 12, b"a", b"1", None)])
     assert _window_outputs(collector) == [(0, 2)]
     task.store_set.close()
+
+
+def test_a_cached_table_self_join_forwards_one_result_per_key_at_commit(tmp_path) -> None:
+    """The cache flush feeds a self-join the row before the interval as the old value."""
+    app = sk.App("cache-self")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        table = b.table(app.topic("t", partitions=1), name="T")
+        table.join(table.map_values(lambda v: v * 10), lambda a, c: [a, c], name="J").to_stream().to("out")
+    topology = app.build()
+    collector = RecordCollector()
+    task = create_task(topology, topology.sub_topologies[0], 0, partitions={t: 1 for t in topology.topics},
+                       collector=collector, wall_clock=lambda: 0,
+                       settings=TaskSettings(store_backend="rocksdb", state_dir=str(tmp_path), caching=True))
+    task.process("t", [(0, 100, b"a", b"1", None), (1, 101, b"a", b"2", None), (2, 102, b"b", b"3", None)])
+    task.store_set.flush()
+    assert _outputs(collector) == [("a", [2, 20], 101), ("b", [3, 30], 102)]
+    task.store_set.persist({})
+    task.process("t", [(3, 200, b"a", None, None), (4, 201, b"b", b"4", None)])
+    task.store_set.flush()
+    outputs = [(k.decode(), None if v is None else orjson.loads(v), ts)
+               for topic, _p, records in collector.drain() if topic == "out" for k, v, ts, _h in records]
+    assert outputs == [("a", None, 200), ("b", [4, 40], 201)]
+    task.store_set.close()
