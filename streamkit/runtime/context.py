@@ -11,6 +11,7 @@ from ..stores import KeyValueStore
 from ..transport.base import RawRecord
 from .collector import RecordCollector
 from .metrics import TaskMetrics
+from .operator_time import ObservedStreamTime
 from .punctuation import PunctuationQueue, Schedule
 
 Downstream = Callable[[Any, Any, int], None]
@@ -48,7 +49,27 @@ class TaskContext:
         self.sink_writers: Dict[str, Any] = {}
         """The task's external sink writers by node name."""
         self.stream_time: int = -1
+        """The largest timestamp the task has read (stream-time punctuations, progress)."""
+        self.operator_times: Dict[str, ObservedStreamTime] = {}
+        """Each windowed aggregation's, suppression's and stream-stream join's own stream time."""
         self.punctuations = PunctuationQueue()
+
+    def observed_time(self, operator: str, stores: Tuple[str, ...] = ()) -> ObservedStreamTime:
+        """The stream time of ``operator`` (created on first use), governing ``stores``."""
+        clock = self.operator_times.get(operator)
+        if clock is None:
+            clock = self.operator_times[operator] = ObservedStreamTime(operator)
+        for name in stores:
+            store = self.stores[name]
+            if hasattr(store, "stream_time"):
+                clock.bind(store)
+        return clock
+
+    def advance_idle(self, delta_ms: int) -> None:
+        """An idle advance: the task's and every operator's stream time move on by ``delta_ms``."""
+        self.stream_time += delta_ms
+        for clock in self.operator_times.values():
+            clock.advance_by(delta_ms)
 
     @property
     def headers(self):

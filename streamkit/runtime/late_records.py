@@ -7,6 +7,7 @@ import logging
 from typing import Any, Optional
 
 from .context import TaskContext
+from .operator_time import ObservedStreamTime
 
 log = logging.getLogger("streamkit.late")
 
@@ -15,10 +16,12 @@ LATE_HEADERS = ("streamkit.late.node", "streamkit.late.topic", "streamkit.late.p
 
 
 class LateRecords:
-    """Drops late records for one windowed node of one task."""
+    """Drops late records for one windowed node of one task; ``clock`` is the node's
+    stream time (logged, and in the ``streamkit.late.stream_time`` header)."""
 
-    def __init__(self, task: TaskContext, node: str, topic: Optional[str]) -> None:
+    def __init__(self, task: TaskContext, node: str, topic: Optional[str], clock: ObservedStreamTime) -> None:
         self._task = task
+        self._clock = clock
         self._node = node
         self._topic = topic
         self._partitions = task.partitions[topic] if topic is not None else 1
@@ -32,11 +35,11 @@ class LateRecords:
         if log.isEnabledFor(logging.DEBUG):
             where = "" if record is None else f" ({task.topic}[{task.partition}]@{record[0]})"
             log.debug("%s: dropped a late record%s: key %r at %d, stream time %d, window %s closed",
-                      self._node, where, key, timestamp, task.stream_time, window)
+                      self._node, where, key, timestamp, self._clock.time, window)
         if self._topic is None or record is None or task.muted:
             return
         headers = tuple(record[4] or ()) + tuple(zip(LATE_HEADERS, (
             self._node.encode(), (task.topic or "").encode(), str(task.partition).encode(),
-            str(record[0]).encode(), str(timestamp).encode(), str(task.stream_time).encode())))
+            str(record[0]).encode(), str(timestamp).encode(), str(self._clock.time).encode())))
         task.collector.send(self._topic, task.partition % self._partitions, record[2], record[3], record[1],
                             headers)

@@ -39,7 +39,8 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
     windows = node.windows
     before, after, grace = windows.before_ms, windows.after_ms, windows.grace_ms
     buffers = {_LEFT: task.stores[node.left_store], _RIGHT: task.stores[node.right_store]}
-    late = LateRecords(task, name, node.late_records_topic)
+    clock = task.observed_time(name, (node.left_store, node.right_store))  # shared by both sides
+    late = LateRecords(task, name, node.late_records_topic, clock)
     unmatched = task.stores[node.unmatched_store] if node.unmatched_store else None
     lists = {_LEFT: ValueListSerde(node.value_serde), _RIGHT: ValueListSerde(node.other_value_serde)}
     deserialize_key = node.key_serde.deserialize
@@ -119,7 +120,10 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
         is_left = side == _LEFT
 
         def stream_stream_join(key: Any, value: Any, timestamp: int) -> None:
-            stream_time = task.stream_time
+            # As Kafka Streams: every record reaching the join moves its time, None keys too.
+            if timestamp > clock.time:
+                clock.time = timestamp
+            stream_time = clock.time
             if unmatched is not None and stream_time >= next_due[0]:
                 emit_closed(stream_time)
             if key is None:

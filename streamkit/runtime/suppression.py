@@ -6,8 +6,11 @@ so each window is forwarded once with its final value. ``until_time_limit``:
 a key's first held-back update is due ``time_limit`` of stream time later; later
 updates replace its value, not its due time.
 
-Due entries are forwarded when stream time reaches them: on a record (any record of
-the task, as stream time is the task's) or on an idle advance of stream time.
+Due entries are forwarded when the suppression's own stream time reaches them: the
+largest timestamp among the updates that reached it (as Kafka Streams'
+``observedStreamTime``; see :mod:`.operator_time`), or an idle advance of it. Records
+dropped upstream (late, None keys, filtered) and other branches of the task do not
+move it.
 """
 from __future__ import annotations
 
@@ -37,21 +40,13 @@ def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: Compile
         old_value = None if old is None else value_deserialize(old)
         downstream(key_deserialize(key_bytes), Change(new_value, old_value), timestamp)
 
-    class Watcher:
-        ready = False
-
-        def next_due(self) -> float:
-            return buffer.next_due() if self.ready else -math.inf
-
-        def on_stream_time(self, stream_time: int) -> None:
-            self.ready = True
-            buffer.evict_due(stream_time, emit)
-
-    watcher = Watcher()
-    task.punctuations.watch(watcher)
+    clock = task.observed_time(name, (node.store,))
+    clock.listeners.append(lambda stream_time: buffer.evict_due(stream_time, emit))
 
     def suppress(key: Any, change: ir.Change, timestamp: int) -> None:
-        stream_time = task.stream_time
+        if timestamp > clock.time:
+            clock.time = timestamp
+        stream_time = clock.time
         due = close_time(key.end) if final else stream_time + limit_ms  # type: ignore[misc]
         if final and due <= stream_time:
             # Only a session merged into a newer one is retracted after it closed: its final
@@ -77,6 +72,4 @@ def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: Compile
                     f"max_bytes={suppressed.max_bytes}): until_window_closes never emits early; raise the "
                     "bound, or shorten the windows or their grace")
             buffer.evict_oldest(emit)
-        if watcher.ready:
-            task.punctuations.due_at(due)
     return suppress

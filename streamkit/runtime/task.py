@@ -188,7 +188,7 @@ class Task:
         ctx = self.context
         if ctx.stream_time < 0:
             return  # no record yet: no window to close
-        ctx.stream_time += now - self._idle_mark
+        ctx.advance_idle(now - self._idle_mark)
         self._idle_mark = now
         self.metrics.idle_stream_time_advances += 1
         log.debug("task %s: input idle for %d ms: stream time advanced to %d", self.id, now - self._last_input,
@@ -204,11 +204,14 @@ class Task:
         recorded = self.store_set.stream_time()
         if recorded > self.context.stream_time:
             self.context.stream_time = recorded
+        for clock in self.context.operator_times.values():
+            clock.recover()
 
     def prepare_commit(self) -> None:
         """Step 1 of a commit: record stream time in the windowed stores, flush the caches."""
-        if self.context.stream_time >= 0:
-            self.store_set.record_stream_time(self.context.stream_time)
+        ctx = self.context
+        own = {store.name: clock.time for clock in ctx.operator_times.values() for store in clock.stores}
+        self.store_set.record_stream_time(ctx.stream_time, own)
         self.store_set.flush()
 
     def _source_loop(self, node: SourceNode, chain: Callable[[Any, Any, int], None]) -> SourceLoop:

@@ -81,7 +81,8 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
     windows = node.windows
     size, advance, grace = windows.size_ms, windows.advance_ms, windows.grace_ms
     windows_for = windows.windows_for
-    late = LateRecords(task, node.name, node.late_records_topic)
+    clock = task.observed_time(node.name, (node.store,))
+    late = LateRecords(task, node.name, node.late_records_topic, clock)
     metrics = task.metrics
     Change = ir.Change
 
@@ -103,7 +104,9 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
         if key is None:  # a None value counts and is aggregated, as in Kafka Streams
             metrics.null_key_records_dropped += 1
             return
-        open_after = task.stream_time - grace  # a window ending at or before this is closed
+        if timestamp > clock.time:
+            clock.time = timestamp
+        open_after = clock.time - grace  # a window ending at or before this is closed
         if advance == size:  # tumbling: one window, no list
             start = timestamp - timestamp % size if timestamp >= 0 else windows_for(timestamp)[0][0]
             end = start + size
@@ -141,7 +144,8 @@ def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env
     windows = node.windows
     difference = windows.time_difference_ms
     updates_for, is_closed = windows.updates_for, windows.is_closed
-    late = LateRecords(task, node.name, node.late_records_topic)
+    clock = task.observed_time(node.name, (node.store,))
+    late = LateRecords(task, node.name, node.late_records_topic, clock)
     metrics = task.metrics
     Change = ir.Change
 
@@ -157,8 +161,10 @@ def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env
             metrics.null_key_records_dropped += 1
             return
         if value is None:
-            return
-        stream_time = task.stream_time
+            return  # as Kafka Streams: dropped before it counts towards stream time
+        if timestamp > clock.time:
+            clock.time = timestamp
+        stream_time = clock.time
         if is_closed(timestamp + difference, stream_time):
             late.drop(key, timestamp, f"[{max(0, timestamp - difference)},{timestamp + difference}]")
             return
@@ -207,7 +213,8 @@ def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstr
     step = _add_step(node)
     windows = node.windows
     gap, is_closed = windows.inactivity_gap_ms, windows.is_closed
-    late = LateRecords(task, node.name, node.late_records_topic)
+    clock = task.observed_time(node.name, (node.store,))
+    late = LateRecords(task, node.name, node.late_records_topic, clock)
     metrics = task.metrics
     name, operation, merger, aggregator = node.name, node.operation, node.merger, node.aggregator
     initializer = node.initializer
@@ -227,10 +234,12 @@ def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstr
         if key is None:  # a None value counts and is aggregated, as in Kafka Streams
             metrics.null_key_records_dropped += 1
             return
+        if timestamp > clock.time:
+            clock.time = timestamp
         kb = key_bytes(key)
         overlapping = list(find(kb, timestamp - gap, timestamp + gap))
         merged = windows.merge([(start, end) for start, end, _v, _t in overlapping], timestamp)
-        if is_closed(merged.end, task.stream_time):
+        if is_closed(merged.end, clock.time):
             late.drop(key, timestamp, f"[{merged.start},{merged.end}]")
             return
         if operation == "aggregate":

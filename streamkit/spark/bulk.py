@@ -5,7 +5,9 @@ the window closes] → stateless nodes → sinks`` is computed with DataFrame
 operations, as the live runtime would compute it:
 
 - the task's processing order is the sort key of :mod:`.ordering`;
-- stream time is the running maximum of the timestamps in that order (a window function);
+- the aggregation's stream time is the running maximum of the timestamps of the
+  records with a key in that order (a window function); records without one never
+  reach it, so they do not move it;
 - a record updates each of its windows whose end is after ``stream time - grace``,
   and is dropped as late when none is left (the live rule, evaluated per record);
 - a window's count after each update is a row number per (task, key, window), its
@@ -133,8 +135,11 @@ class WindowedCountPlan:
                                   None if not kv[1][5] else pickle.dumps(tuple(kv[1][5])))),
             schema)
         order = Window.partitionBy("task").orderBy("pmax", "idx", "sender", "seq")
+        # The aggregation's own stream time: only records that reach it (with a key) move it.
+        keyed_ts = F.when(F.col("key").isNotNull(), F.col("ts"))
         frame = (frame.withColumn("pos", F.row_number().over(order))
-                 .withColumn("st", F.max("ts").over(order.rowsBetween(Window.unboundedPreceding, 0))))
+                 .withColumn("st", F.coalesce(F.max(keyed_ts).over(order.rowsBetween(Window.unboundedPreceding, 0)),
+                                              F.lit(-1).cast("long"))))
         # Read by several branches (updates, stream-time steps, late records): computed once.
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         stream_times = frame.select("task", "pos", "st")

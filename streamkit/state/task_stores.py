@@ -53,11 +53,16 @@ class TaskStores:
         """The stream time the task's windowed stores reflect (-1 if none recorded one)."""
         return max((store.stream_time() for store in self._timed), default=-1)
 
-    def record_stream_time(self, stream_time: int) -> None:
-        """Write the task's stream time into its windowed stores (and so their changelogs), with
-        the commit: a restarted task resumes at it, so windows closed before stay closed."""
+    def record_stream_time(self, stream_time: int, own: Optional[Mapping[str, int]] = None) -> None:
+        """Write stream time into the windowed stores (and so their changelogs), with the
+        commit: a restarted task resumes at it, so windows closed before stay closed. A
+        store named in ``own`` records that time (its operator's), the others ``stream_time``
+        (the task's)."""
+        own = own or {}
         for store in self._timed:
-            store.record_stream_time(stream_time)
+            time = own.get(store.name, stream_time)
+            if time >= 0:
+                store.record_stream_time(time)
 
     @property
     def pending_bytes(self) -> int:

@@ -76,7 +76,7 @@ def joiner(left: Any, right: Any) -> str:
 def join_app(how: str, windows: sk.JoinWindows, *, late_records_topic: Optional[str] = None,
              skip: bool = False) -> sk.App:
     """left, right -> <how> join named "j" -> out. With ``skip``, records whose value is
-    "skip" are filtered out before the join: they move stream time, the join never sees them."""
+    "skip" are filtered out before the join: they move the task's stream time, not the join's."""
     app = sk.App("t")
 
     @app.topology
@@ -416,9 +416,10 @@ def test_none_keys_are_joined_with_none_at_once_or_dropped_none_values_ignored(h
 _RELEASE_TRIGGERS = {
     "none-key": ([("R", None, "n", 111, ["due"])], 1, 0),
     "none-value": ([("L", "b", None, 111, ["due"])], 0, 0),
-    # The filtered record moves stream time to 111 without reaching the join, so the
-    # next record the join sees is a late one (100 + 10 < 111): it still releases.
-    "late-record": ([("R", "z", "skip", 111, []), ("L", "b", "B", 100, ["due"])], 0, 1),
+    # A record filtered before the join does not move the join's stream time (Kafka
+    # Streams' rule): nothing is released until a record reaching the join gets to 111.
+    "filtered-record": ([("R", "z", "skip", 111, []), ("L", "b", None, 100, []),
+                         ("L", "c", None, 111, ["due"])], 0, 0),
 }
 
 
@@ -701,7 +702,9 @@ def brute_force(how: str, windows: sk.JoinWindows, inputs: Sequence[Input]
     for ever, and a waiting record is released once stream time reaches
     ``t + after + grace + 1`` (left) or ``t + before + grace + 1`` (right) by any record that
     reaches the join, and a partner arriving on time after that still joins it.
-    Records with value "skip" are filtered out before the join (they only move stream time)."""
+    Records with value "skip" are filtered out before the join: the join's stream time is
+    the largest timestamp of the records reaching it (None keys and values included), as
+    in Kafka Streams, so they move nothing."""
     before, after, grace = windows.before_ms, windows.after_ms, windows.grace_ms
     reach = {"L": after, "R": before}
     waits = {"inner": "", "left": "L", "outer": "LR"}[how]
@@ -710,10 +713,10 @@ def brute_force(how: str, windows: sk.JoinWindows, inputs: Sequence[Input]
     stream_time, late, null_keys = -1, 0, 0
     steps: List[Tuple[List[Output], List[Output]]] = []
     for seq, (side, key, value, timestamp) in enumerate(inputs):
-        stream_time = max(stream_time, timestamp)
         if value == "skip":
             steps.append(([], []))
             continue
+        stream_time = max(stream_time, timestamp)
         closed = sorted((w for w in waiting if w.timestamp + reach[w.side] + grace + 1 <= stream_time),
                         key=lambda w: (w.timestamp, w.seq))
         waiting = [w for w in waiting if w not in closed]
@@ -764,7 +767,7 @@ def _random_case(rng: random.Random) -> Tuple[sk.JoinWindows, List[Input]]:
         elif odd < 0.10:
             value = None                                             # ignored by the join
         elif odd < 0.18:
-            value = "skip"                                           # moves stream time, never reaches the join
+            value = "skip"                                           # filtered before the join: moves only the task's time
         inputs.append((side, key, value, timestamp))
     return windows, inputs
 

@@ -5,7 +5,8 @@ Every case is a list of steps ``((key, value, timestamp), expected)``: one input
 and the exact records the topology emits right after it, written out by hand, so
 "nothing is emitted before the window closes" is checked record by record.
 
-Stream time is the task's: any record, of any key, moves it and releases what is due.
+Stream time is the suppression's own (Kafka Streams' rule): any update that reaches it,
+of any key, moves it and releases what is due; a record the aggregation drops does not.
 Entries due at the same stream time are released in key order (as Kafka's buffer,
 ordered by time then key bytes).
 """
