@@ -175,3 +175,53 @@ def test_a_restarted_task_resumes_each_operators_own_stream_time(tmp_path: Any) 
     assert task.metrics.late_records_dropped == 1
     assert task.stream_time == 100
     task.store_set.close()
+
+
+# -- property: records that never reach an operator change nothing -------------------------------
+
+def _suppressed_counts(windows: Any, skip: bool) -> TopologyTestDriver:
+    app = sk.App("op-time-property")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        stream = b.stream("in")
+        if skip:
+            stream = stream.filter(lambda k, v: v != "skip")
+        counts = stream.group_by_key().windowed_by(windows).count(name="c")
+        counts.to_stream().to("out")
+        counts.suppress(sk.Suppressed.until_window_closes()).to_stream().to("final")
+    return TopologyTestDriver(app)
+
+
+@pytest.mark.parametrize("windows", [
+    sk.TumblingWindows(size=10 * MS, grace=2 * MS),
+    sk.HoppingWindows(size=10 * MS, advance=5 * MS),
+    sk.SlidingWindows(time_difference=6 * MS, grace=1 * MS),
+    sk.SessionWindows(inactivity_gap=4 * MS, grace=2 * MS),
+], ids=["tumbling", "hopping", "sliding", "session"])
+def test_records_filtered_out_or_without_a_key_change_no_output(windows: Any) -> None:
+    """Invariant: inserting records that never reach the aggregation (filtered out, or
+    with a None key) anywhere in the input, at any timestamp, leaves every output record
+    (updates and suppressed finals, in order) as it was."""
+    import random
+    rng = random.Random(f"operator time {windows!r}")
+    for _case in range(40):
+        clean: List[Record] = []
+        noisy: List[Record] = []
+        clock = 0
+        for _ in range(rng.randint(5, 40)):
+            clock += rng.randint(0, 4)
+            record = (rng.choice("ab"), "v", max(0, clock - rng.choice([0, 0, 1, 3, 8, 15])))
+            clean.append(record)
+            noisy.append(record)
+            if rng.random() < 0.3:
+                noisy.append(("a", "skip", clock + rng.randint(0, 60)) if rng.random() < 0.5
+                             else (None, "v", clock + rng.randint(0, 60)))
+        outputs = []
+        for records in (clean, noisy):
+            driver = _suppressed_counts(windows, skip=True)
+            for key, value, timestamp in records:
+                driver.input_topic("in").pipe_input(key, value, timestamp)
+            outputs.append([[(r.key, r.value, r.timestamp) for r in driver.output_topic(t).read_records()]
+                            for t in ("out", "final")])
+        assert outputs[0] == outputs[1], (clean, noisy)
