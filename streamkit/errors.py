@@ -76,3 +76,12 @@ class SinkError(StreamkitError):
 class TransientSinkError(StreamkitError):
     """Raised by a sink (or a ``Callback`` function) for an error worth retrying: the
     delivery is retried with backoff, up to the sink's bound."""
+
+
+class ProducerUnusableError(StreamkitError):
+    """A transactional producer can no longer be used: it could not abort its transaction
+    (aiokafka cannot leave the state the failure left it in). The transaction may still be
+    open on the broker, holding back ``read_committed`` readers of its partitions until the
+    broker aborts it (``transaction_timeout_ms``) or a new producer with the same
+    transactional id starts (its InitProducerId aborts it at once). Restart the task with a
+    new producer."""

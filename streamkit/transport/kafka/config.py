@@ -107,6 +107,7 @@ _SPECS: dict[str, _Spec] = {
     "group_instance_id": _Spec("str", nullable=True),
     "replication_factor": _Spec("int", nullable=True, minimum=1),
     "connect_timeout_s": _Spec("float", minimum=0),
+    "transaction_timeout_ms": _Spec("int", minimum=1),
 }
 KEYS: tuple[str, ...] = tuple(_SPECS)
 
@@ -249,6 +250,12 @@ class KafkaClientConfig:
     group_instance_id: str | None = None
     replication_factor: int | None = None
     connect_timeout_s: float = 30.0
+    transaction_timeout_ms: int = 60000
+    """How long the broker lets a transaction of an ``exactly_once`` producer stay open before
+    it aborts it itself (Kafka's ``transaction.timeout.ms``, sent with InitProducerId; aiokafka's
+    default is 60000 too). Only transactional producers use it. It must be larger than the
+    commit interval (:meth:`check_commit_interval`), and at most the broker's
+    ``transaction.max.timeout.ms`` (900000 by default), or the broker refuses the producer."""
 
     def __post_init__(self) -> None:
         origins = _ORIGINS.get() or {}
@@ -378,6 +385,27 @@ class KafkaClientConfig:
         """Keyword arguments for ``AIOKafkaAdminClient``: the common ones it accepts."""
         accepted = _admin_parameters()
         return {k: v for k, v in self.common_kwargs().items() if accepted is None or k in accepted}
+
+    # ------------------------------------------------------------ cross-checks
+
+    def check_commit_interval(self, commit_interval_ms: float,
+                              where: str = "the app's commit interval") -> None:
+        """A ConfigError unless ``transaction_timeout_ms`` is larger than the commit interval.
+
+        A transaction stays open for one commit interval (plus the processing round that ends
+        it): with a timeout at or below the interval the broker would abort transactions the
+        worker is about to commit. The config does not know the app's commit interval, so the
+        caller (the worker, which does) passes it.
+        """
+        if isinstance(commit_interval_ms, bool) or not isinstance(commit_interval_ms, (int, float)) \
+                or not math.isfinite(commit_interval_ms) or commit_interval_ms <= 0:
+            raise ConfigError(f"{where} must be a positive number of milliseconds, got {commit_interval_ms!r}")
+        if self.transaction_timeout_ms <= commit_interval_ms:
+            raise ConfigError(
+                f"transaction_timeout_ms ({self.transaction_timeout_ms}) must be larger than {where} "
+                f"({commit_interval_ms:g} ms): the broker would abort each transaction before it is "
+                f"committed; raise transaction_timeout_ms (app kafka_config, the config file's [kafka] "
+                f"table or STREAMKIT_KAFKA_TRANSACTION_TIMEOUT_MS) or shorten the commit interval")
 
     # ------------------------------------------------------------ display
 
