@@ -7,6 +7,12 @@ in-memory storage engine on a free loopback port and is ready in well under a
 second.  ``STREAMKIT_TEST_KAFKA=host:port`` points the suite at an external
 broker (e.g. Apache Kafka) instead; see :func:`external_broker`.
 
+What a broker can do (transactions, DeleteRecords, storing offset-commit
+metadata) is probed once per broker handle, on first use, with plain aiokafka
+clients (:meth:`KafkaTestBroker.supports`), never assumed from "is this Tansu":
+a test that needs a capability skips, naming the probe's answer, only where the
+broker lacks it, and runs against Apache Kafka.
+
 What Tansu 0.6.0 (``memory://`` engine) does, as probed with aiokafka 0.14
 ------------------------------------------------------------------------------
 Works (most of it is exercised by ``test_broker_fixtures.py``):
@@ -113,7 +119,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, List, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 T = TypeVar("T")
 
@@ -122,6 +128,20 @@ ENV_VAR = "STREAMKIT_TEST_KAFKA"
 
 TANSU_NO_TRANSACTIONS = ("Tansu's memory storage engine rejects InitProducerId; "
                          f"set {ENV_VAR}=host:port to run against Apache Kafka")
+TANSU_NO_DELETE_RECORDS = ("Tansu 0.6.0 does not implement DeleteRecords (its broker task panics at "
+                           "tansu-storage/src/dynostore.rs 'not yet implemented' and drops the connection) "
+                           "and never moves a log start; "
+                           f"set {ENV_VAR}=host:port to run against Apache Kafka")
+TANSU_NO_OFFSET_METADATA = ("Tansu 0.6.0 does not store offset-commit metadata (OffsetFetch answers ''); "
+                            f"set {ENV_VAR}=host:port to run against Apache Kafka")
+
+#: Topic config of test topics: records are never deleted by time. Tests write event times
+#: from 2023 (and 1970): under a broker's default retention.ms (7 days) a retention check
+#: during the test would delete them.
+KEEP_RECORDS = {"retention.ms": "-1"}
+
+_TANSU_EXPLAINS = {"transactions": TANSU_NO_TRANSACTIONS, "delete_records": TANSU_NO_DELETE_RECORDS,
+                   "offset_metadata": TANSU_NO_OFFSET_METADATA}
 
 HOST = "127.0.0.1"
 
@@ -190,14 +210,34 @@ class KafkaTestBroker:
     """Handle on a running broker (a Tansu process or an external broker)."""
 
     bootstrap: str
-    supports_transactions: bool
-    why_no_transactions: str = ""
     tls: bool = False
     cafile: Optional[str] = None
     process: Optional[subprocess.Popen] = None
     log_path: Optional[Path] = None
     _cleanups: List[Callable[[], None]] = field(default_factory=list, repr=False)
     _tmpdir: Optional[str] = field(default=None, repr=False)
+    _probed: Dict[str, Tuple[bool, str]] = field(default_factory=dict, repr=False)
+
+    def supports(self, capability: str) -> Tuple[bool, str]:
+        """``(True, "")`` or ``(False, why)`` for ``"transactions"``, ``"delete_records"`` or
+        ``"offset_metadata"``: probed on this broker with plain aiokafka clients, once."""
+        if capability not in self._probed:
+            probe = _PROBES[capability]
+            ok, reason = run_sync(lambda: probe(self.client_config()))
+            if not ok:
+                reason = f"{self.bootstrap}: {reason}"
+                if self.is_tansu:
+                    reason += f" ({_TANSU_EXPLAINS[capability]})"
+            self._probed[capability] = (ok, reason)
+        return self._probed[capability]
+
+    @property
+    def supports_transactions(self) -> bool:
+        return self.supports("transactions")[0]
+
+    @property
+    def why_no_transactions(self) -> str:
+        return self.supports("transactions")[1]
 
     @property
     def url(self) -> str:
@@ -392,8 +432,7 @@ def start_tansu(*, port: Optional[int] = None, advertised_port: Optional[int] = 
         advertised = advertised_port if advertised_port is not None else listen
         log_offset = log_path.stat().st_size if log_path.exists() else 0
         process = _spawn_tansu(listen, advertised, log_path)
-        broker = KafkaTestBroker(bootstrap=f"{HOST}:{advertised}", supports_transactions=False,
-                                 why_no_transactions=TANSU_NO_TRANSACTIONS, tls=tls_proxy is not None,
+        broker = KafkaTestBroker(bootstrap=f"{HOST}:{advertised}", tls=tls_proxy is not None,
                                  cafile=str(cafile) if cafile is not None else None,
                                  process=process, log_path=log_path)
         broker._tmpdir = tmpdir
@@ -428,7 +467,8 @@ def _kill_at_exit(process: subprocess.Popen) -> None:
 
 
 async def probe_transactions(config: dict, timeout: float = 15.0) -> Tuple[bool, str]:
-    """Try to start a transactional producer; ``(True, "")`` or ``(False, reason)``."""
+    """Try to start a transactional producer (InitProducerId) and run an empty transaction;
+    ``(True, "")`` or ``(False, reason)``."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(transactional_id=unique_name("streamkit-txn-probe"),
@@ -441,22 +481,106 @@ async def probe_transactions(config: dict, timeout: float = 15.0) -> Tuple[bool,
     except asyncio.TimeoutError:
         return False, f"transactional producer did not start within {timeout:.0f}s"
     except Exception as exc:
-        return False, f"transactional producer failed: {type(exc).__name__}: {exc}"
+        return False, f"transactional producer failed: {_described(exc)}"
     finally:
         await producer.stop()
 
 
-def external_broker(bootstrap: str, *, timeout: float = 15.0) -> KafkaTestBroker:
-    """A handle on an already running broker (``STREAMKIT_TEST_KAFKA``).
+def _described(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text.startswith(type(exc).__name__) else f"{type(exc).__name__}: {text}"
 
-    Waits until it answers (``timeout``), then probes transaction support.
-    """
-    broker = KafkaTestBroker(bootstrap=bootstrap.strip(), supports_transactions=False)
+
+async def _with_probe_topic(config: dict, prefix: str, records: int, timeout: float,
+                            probe: Callable[[Any, str], Awaitable[Tuple[bool, str]]]) -> Tuple[bool, str]:
+    """Create a one-partition topic holding ``records`` records, run ``probe(admin, topic)``,
+    delete the topic. A failure before the probe is reported as such (never a capability)."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    topic = unique_name(prefix)
+    admin = AIOKafkaAdminClient(request_timeout_ms=int(timeout * 1000), **config)
+    await asyncio.wait_for(admin.start(), timeout)
+    try:
+        response = await asyncio.wait_for(
+            admin.create_topics([NewTopic(topic, 1, 1, topic_configs=dict(KEEP_RECORDS))]), timeout)
+        errors = [(name, code) for name, code, *_ in response.topic_errors if code]
+        if errors:
+            raise RuntimeError(f"cannot create the probe topic {topic}: {errors}")
+        if records:
+            producer = AIOKafkaProducer(request_timeout_ms=int(timeout * 1000), **config)
+            await asyncio.wait_for(producer.start(), timeout)
+            try:
+                for i in range(records):
+                    await asyncio.wait_for(producer.send_and_wait(topic, b"probe-%d" % i, partition=0), timeout)
+            finally:
+                await producer.stop()
+        return await probe(admin, topic)
+    finally:
+        try:
+            await asyncio.wait_for(admin.delete_topics([topic]), timeout)
+        except Exception:
+            pass
+        await admin.close()
+
+
+async def probe_delete_records(config: dict, timeout: float = 15.0) -> Tuple[bool, str]:
+    """DeleteRecords below offset 1 of a fresh two-record topic must move its log start to 1."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import RecordsToDelete
+
+    async def probe(admin: Any, topic: str) -> Tuple[bool, str]:
+        tp = TopicPartition(topic, 0)
+        try:
+            await asyncio.wait_for(admin.delete_records({tp: RecordsToDelete(1)}), timeout)
+        except Exception as exc:
+            return False, f"DeleteRecords failed: {_described(exc)}"
+        reader = AIOKafkaConsumer(**config)
+        await asyncio.wait_for(reader.start(), timeout)
+        try:
+            start = (await reader.beginning_offsets([tp]))[tp]
+        finally:
+            await reader.stop()
+        if start != 1:
+            return False, f"DeleteRecords below offset 1 was answered, but the log start is {start}"
+        return True, ""
+    return await _with_probe_topic(config, "streamkit-probe-delete-records", 2, timeout, probe)
+
+
+async def probe_offset_metadata(config: dict, timeout: float = 15.0) -> Tuple[bool, str]:
+    """An offset committed with metadata must be read back (OffsetFetch) with that metadata."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
+
+    async def probe(admin: Any, topic: str) -> Tuple[bool, str]:
+        tp, group = TopicPartition(topic, 0), unique_name("streamkit-probe-group")
+        consumer = AIOKafkaConsumer(group_id=group, enable_auto_commit=False, **config)
+        await asyncio.wait_for(consumer.start(), timeout)
+        try:
+            consumer.assign([tp])
+            await asyncio.wait_for(consumer.commit({tp: OffsetAndMetadata(1, "streamkit-probe t=1")}), timeout)
+        finally:
+            await consumer.stop()
+        committed = await asyncio.wait_for(admin.list_consumer_group_offsets(group, partitions=[tp]), timeout)
+        found = committed.get(tp)
+        if found is None or found.metadata != "streamkit-probe t=1":
+            return False, (f"an offset committed with metadata 'streamkit-probe t=1' was read back as "
+                           f"{found!r}: the broker does not store offset-commit metadata")
+        return True, ""
+    return await _with_probe_topic(config, "streamkit-probe-offset-metadata", 0, timeout, probe)
+
+
+_PROBES: Dict[str, Callable[[dict], Awaitable[Tuple[bool, str]]]] = {
+    "transactions": probe_transactions, "delete_records": probe_delete_records,
+    "offset_metadata": probe_offset_metadata}
+
+
+def external_broker(bootstrap: str, *, timeout: float = 15.0) -> KafkaTestBroker:
+    """A handle on an already running broker (``STREAMKIT_TEST_KAFKA``); waits until it
+    answers (``timeout``). Its capabilities are probed when a test first asks."""
+    broker = KafkaTestBroker(bootstrap=bootstrap.strip())
     try:
         run_sync(lambda: _probe_ready(broker.client_config(), timeout))
     except Exception as exc:
         raise RuntimeError(f"{ENV_VAR}={bootstrap}: broker not reachable: {exc}") from exc
-    ok, reason = run_sync(lambda: probe_transactions(broker.client_config(), timeout))
-    broker.supports_transactions = ok
-    broker.why_no_transactions = "" if ok else f"{bootstrap}: {reason}"
     return broker

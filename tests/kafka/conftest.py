@@ -9,6 +9,11 @@
 ``transactional_kafka`` ``kafka`` if it supports transactions, else a skip.
 ``unique_name``         ``unique_name(prefix)``: collision-free topic/group names.
 
+What the broker can do is probed, not assumed from which broker it is:
+``kafka.supports("transactions" | "delete_records" | "offset_metadata")`` asks it
+once per session with plain aiokafka clients (tests/kafka/broker.py). Test topics
+keep their records (``retention.ms=-1``): create them with tests/kafka/topics.py.
+
 Every skip states its reason (``pytest -rs``); the reasons of skipped tests in
 this directory are also repeated in the terminal summary, visible with ``-q``.
 """
@@ -85,7 +90,8 @@ def kafka_behind_proxy(tmp_path) -> Iterator[Tuple[KafkaTestBroker, FaultProxy]]
 
 @pytest.fixture
 def transactional_kafka(kafka: KafkaTestBroker) -> KafkaTestBroker:
-    """``kafka`` when it supports transactions; otherwise the test is skipped."""
+    """``kafka`` when it supports transactions (probed: a transactional producer's
+    InitProducerId and an empty transaction); otherwise the test is skipped."""
     if not kafka.supports_transactions:
         pytest.skip(f"broker without transactions: {kafka.why_no_transactions}")
     return kafka

@@ -23,8 +23,8 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, Cons
 from aiokafka.errors import IncompatibleBrokerVersion, KafkaConnectionError, KafkaError, UnknownError
 from aiokafka.helpers import create_ssl_context
 
-from .broker import (TANSU_NO_TRANSACTIONS, KafkaTestBroker, probe_transactions, start_tansu,
-                     tansu_binary)
+from .broker import (KEEP_RECORDS, TANSU_NO_DELETE_RECORDS, TANSU_NO_OFFSET_METADATA, TANSU_NO_TRANSACTIONS,
+                     KafkaTestBroker, probe_transactions, start_tansu, tansu_binary)
 from .certs import generate_test_certs
 
 TIMEOUT = 15
@@ -58,8 +58,10 @@ async def started(client):
 
 
 async def create_topic(broker: KafkaTestBroker, name: str, partitions: int, **configs: str) -> None:
+    """Create a test topic (``retention.ms=-1`` unless ``configs`` say otherwise)."""
     async with admin_client(broker) as admin:
-        response = await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)])
+        response = await admin.create_topics([NewTopic(name, partitions, 1,
+                                                       topic_configs={**KEEP_RECORDS, **configs})])
     assert [(t, code) for t, code, *_ in response.topic_errors] == [(name, 0)]
 
 
@@ -90,7 +92,6 @@ def test_broker_handle(kafka):
     if kafka.is_tansu:
         assert kafka.process.poll() is None
         assert kafka.host == "127.0.0.1"
-        assert kafka.why_no_transactions == TANSU_NO_TRANSACTIONS
 
 
 def test_unique_names_do_not_collide(unique_name):
@@ -273,6 +274,23 @@ def test_tansu_rejects_transactional_and_idempotent_producers(tansu):
         finally:
             await producer.stop()
     asyncio.run(idempotent())
+
+
+def test_capability_probes_find_what_tansu_lacks(tansu):
+    """The probes behind every capability skip decide by asking the broker, and on Tansu find
+    exactly the gaps documented in tests/kafka/broker.py (each reason says what the probe saw)."""
+    transactions = tansu.supports("transactions")
+    delete_records = tansu.supports("delete_records")
+    offset_metadata = tansu.supports("offset_metadata")
+    assert transactions[0] is False and "UnknownError" in transactions[1]
+    assert TANSU_NO_TRANSACTIONS in transactions[1] and transactions[1].startswith(tansu.bootstrap)
+    assert (tansu.supports_transactions, tansu.why_no_transactions) == transactions
+    assert delete_records[0] is False and "DeleteRecords failed: KafkaConnectionError" in delete_records[1]
+    assert TANSU_NO_DELETE_RECORDS in delete_records[1]
+    assert offset_metadata[0] is False and "read back as OffsetAndMetadata(offset=1, metadata=''" \
+        in offset_metadata[1]
+    assert TANSU_NO_OFFSET_METADATA in offset_metadata[1]
+    assert tansu.supports("delete_records") is delete_records  # probed once per broker
 
 
 def test_transactional_kafka_fixture_skips_on_tansu(tansu, request):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from .. import determinism as det
+from .topics import create_app_topics
 
 EVENTS = 60_000
 ASSIGNED = re.compile(r"assigned this worker task\(s\) ([^;\n]*)")
@@ -31,6 +32,9 @@ def _env(broker) -> dict:
 
 def _run(broker, tmp_path: Path, name: str, workers: int, guarantee: str) -> None:
     app = det.write_app(tmp_path, "count", prefix=name, commit_ms=200)
+    # Outputs carry the views' event times (two days back): every topic keeps its records
+    # whatever the broker's default retention.
+    create_app_topics(broker, det.load_app(app))
     views = det.generate_views(EVENTS, "skewed")
     det.produce(broker.url, app, views)
     logs = [tmp_path / f"worker-{i}.log" for i in range(workers)]

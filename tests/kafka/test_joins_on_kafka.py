@@ -10,8 +10,9 @@ import signal
 import time
 from collections import Counter
 
-from apps.orders import PAYMENT_WINDOW, produce_sample, sample
+from apps.orders import PAYMENT_WINDOW, orders_app, produce_sample, sample
 
+from .topics import create_app_topics
 from .workers import KafkaApp, stop
 
 ORDERS = 4_000
@@ -22,6 +23,9 @@ def _run_with_a_kill(broker, tmp_path, name: str, *guarantee: str):
     prefix = f"{name}-"
     (tmp_path / f"{app.module}.py").write_text(
         f"from apps.orders import orders_app\napp = orders_app({name!r}, prefix={prefix!r})\n")
+    # The sample's event times (record timestamps of inputs and outputs) are from 2023: every
+    # topic is created first, keeping its records; produce_sample leaves existing ones alone.
+    create_app_topics(broker, orders_app(name, prefix=prefix))
     produce_sample(broker.url, ORDERS, prefix=prefix)
 
     log = tmp_path / "first.log"

@@ -1,6 +1,12 @@
 """Retention never loses data silently, on a real Kafka-protocol broker: DeleteRecords,
 consumers that report offsets deleted before they read them, and clients that never
-create topics by asking for their metadata."""
+create topics by asking for their metadata.
+
+Records here have timestamps from 1970 (1000 + i): every topic is created with
+``retention.ms=-1`` (tests/kafka/topics.py), or a broker's time retention would delete
+them mid-test. What the broker can do (DeleteRecords, offset-commit metadata) is probed
+once per session with plain aiokafka clients (``kafka.supports``); a test skips only
+where the probe says the broker lacks it."""
 from __future__ import annotations
 
 import asyncio
@@ -13,24 +19,14 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from streamkit.errors import StreamkitError
 from streamkit.transport.base import TopicPartition
-from streamkit.transport.kafka.config import KafkaClientConfig
-from streamkit.transport.kafka.transport import KafkaTransport
 
-TANSU_NO_DELETE_RECORDS = (
-    "Tansu 0.6.0 does not implement DeleteRecords (its broker task panics at "
-    "tansu-storage/src/dynostore.rs 'not yet implemented' and drops the connection) and never "
-    "moves a log start (no retention either), so no consumer can find its offset deleted there; "
-    "set STREAMKIT_TEST_KAFKA=host:port to run this against Apache Kafka")
+from .topics import create_test_topic, kafka_transport
 
 
 @pytest.fixture
 def transport(kafka):
-    config = KafkaClientConfig.from_sources(kafka.url, app_settings={"request_timeout_ms": 5000}, environ={})
-    t = KafkaTransport(config)
-    try:
+    with kafka_transport(kafka, request_timeout_ms=5000) as t:
         yield t
-    finally:
-        t.close()
 
 
 def produce(transport, topic, n, partition=0):
@@ -56,27 +52,22 @@ def read(consumer, want, timeout=15.0):
     return go
 
 
-def delete_records_supported(transport, topic) -> bool:
-    """Try DeleteRecords below 0 (changes nothing): False, with its one WARNING, where the
-    broker cannot delete records."""
-    transport.admin.delete_records({TopicPartition(topic, 0): 0})
-    return transport.admin._cannot_delete_records is None
-
-
 def test_delete_records_moves_the_start_or_warns_once(transport, kafka, unique_name, caplog):
+    supported, why_not = kafka.supports("delete_records")
     topic = unique_name("purge")
-    transport.admin.create_topic(topic, 1)
+    create_test_topic(transport.admin, topic, 1)
     produce(transport, topic, 10)
     tp = TopicPartition(topic, 0)
     with caplog.at_level(logging.WARNING, logger="streamkit.transport.kafka.admin"):
         transport.admin.delete_records({tp: 4})
         transport.admin.delete_records({tp: 6})
     warnings = [r for r in caplog.records if "DeleteRecords" in r.getMessage()]
-    if transport.admin._cannot_delete_records is not None:
+    if not supported:
+        assert transport.admin._cannot_delete_records is not None
         assert len(warnings) == 1, [r.getMessage() for r in warnings]  # once, then carry on
         assert transport.admin.partition_offsets(topic, 0).start == 0  # records kept
-        pytest.skip(TANSU_NO_DELETE_RECORDS if kafka.is_tansu else transport.admin._cannot_delete_records)
-    assert not warnings
+        pytest.skip(f"the deletion itself is not tested: broker without DeleteRecords: {why_not}")
+    assert not warnings and transport.admin._cannot_delete_records is None
     assert transport.admin.partition_offsets(topic, 0).start == 6
     transport.admin.delete_records({tp: 2})  # never backwards; idempotent
     transport.admin.delete_records({tp: 6})
@@ -88,12 +79,13 @@ def test_delete_records_moves_the_start_or_warns_once(transport, kafka, unique_n
 
 
 def test_a_position_below_the_log_start_is_reported_as_lost(transport, kafka, unique_name):
+    supported, why_not = kafka.supports("delete_records")
+    if not supported:
+        pytest.skip(f"no log start can move past a consumer's position: broker without DeleteRecords: {why_not}")
     topic = unique_name("gap")
-    transport.admin.create_topic(topic, 1)
+    create_test_topic(transport.admin, topic, 1)
     produce(transport, topic, 10)
     tp = TopicPartition(topic, 0)
-    if not delete_records_supported(transport, topic):
-        pytest.skip(TANSU_NO_DELETE_RECORDS if kafka.is_tansu else transport.admin._cannot_delete_records)
     transport.admin.delete_records({tp: 4})
     group = unique_name("g")
 
@@ -116,7 +108,7 @@ def test_an_offset_past_the_end_starts_over_with_a_warning_and_loses_nothing(
     is put into the real client as its fetcher records it (Tansu never sends that answer:
     it returns no records instead); the rest runs against the broker."""
     topic = unique_name("past")
-    transport.admin.create_topic(topic, 1)
+    create_test_topic(transport.admin, topic, 1)
     produce(transport, topic, 5)
     tp, ktp = TopicPartition(topic, 0), KafkaTopicPartition(topic, 0)
     group = unique_name("g")
@@ -141,7 +133,7 @@ def test_an_offset_past_the_end_starts_over_with_a_warning_and_loses_nothing(
 
 def test_consumers_start_from_the_beginning_or_their_position_without_auto_reset(transport, unique_name):
     topic = unique_name("plain")
-    transport.admin.create_topic(topic, 2)
+    create_test_topic(transport.admin, topic, 2)
     produce(transport, topic, 4, partition=0)
     produce(transport, topic, 3, partition=1)
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
@@ -200,7 +192,7 @@ def test_offset_metadata_round_trips_through_the_group(kafka, transport, unique_
     """What a task commits with each offset (its stream time, a repartition reader's
     per-writer cursor) comes back from the broker, and a commit without it clears it."""
     topic, group = unique_name("meta"), unique_name("meta-group")
-    transport.admin.create_topic(topic, 2)
+    create_test_topic(transport.admin, topic, 2)
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
 
     async def go():
@@ -217,8 +209,9 @@ def test_offset_metadata_round_trips_through_the_group(kafka, transport, unique_
         return first, second, offsets
     first, second, offsets = asyncio.run(go())
     assert offsets == {tp0: 6, tp1: 7}
-    if not first and kafka.process is not None:
-        pytest.skip("Tansu 0.6.0 does not store offset commit metadata (its OffsetFetch answers '' for "
-                    "what was committed with it); set STREAMKIT_TEST_KAFKA=host:port to check it on Apache Kafka")
+    stored, why_not = kafka.supports("offset_metadata")
+    if not stored:
+        assert first == {} and second == {}  # nothing made up
+        pytest.skip(f"metadata round trip not tested: {why_not}")
     assert first == {tp0: "sk1 t=1234 16777216:9"}
     assert second == {}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from .broker import KafkaTestBroker
+from .topics import create_app_topics, load_app
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,10 +85,15 @@ class KafkaApp:
         assert done.returncode == 0, done.stderr[-3000:]
         return done
 
+    def create_topics(self) -> Dict[str, int]:
+        """Create every topic the app module (as now written) uses, as its worker would, with
+        ``retention.ms=-1`` (see tests/kafka/topics.py); existing ones are left alone."""
+        return create_app_topics(self.broker, load_app(self.directory / f"{self.module}.py"))
+
     def produce_events(self, count: int, *, pages: int = 20, first: int = 0) -> Dict[str, int]:
-        """Create the source topic if needed and produce ``count`` events keyed by user;
+        """Create the app's topics if needed and produce ``count`` events keyed by user;
         return the true count per page."""
-        self.cli("topics", "create", self.source, "--partitions", "3", "--if-not-exists")
+        self.create_topics()
         lines, expected = [], defaultdict(int)
         for n in range(first, first + count):
             page = f"p{n % pages}"
