@@ -29,6 +29,11 @@ class RecordCollector:
     def send_batch(self, topic: str, partition: int, records: List[OutgoingRecord]) -> None:
         self.buffers_for(topic, partition + 1)[partition].extend(records)
 
+    def pending(self) -> List[Tuple[str, int]]:
+        """The (topic, partition) pairs holding records not drained yet."""
+        return [(topic, partition) for topic, bufs in self._buffers.items()
+                for partition, records in enumerate(bufs) if records]
+
     def drain(self) -> List[Tuple[str, int, List[OutgoingRecord]]]:
         """Take every buffered record, grouped by (topic, partition), leaving the buffers empty."""
         out = []

@@ -99,6 +99,10 @@ class Worker:
         self._pauses = Pauses()
         self._next_purge = time.monotonic() + PURGE_INTERVAL
         self._note_too_long_logged = False
+        self._wrote_own_input = False
+        """The last commit flushed records (not markers) to an input partition of this worker's tasks."""
+        self._housekeeping = False
+        """This worker started the transport's housekeeping (and stops it when it ends)."""
         self._announced: Dict[str, tuple] = {}
         """Per task: the progress its last markers announced (see _send_markers)."""
 
@@ -146,6 +150,7 @@ class Worker:
             elif not self.exactly_once:
                 self._producers[SHARED] = transport.producer()
             transport.start_housekeeping()
+            self._housekeeping = True
             log.info("worker for app %s on %s: %d task(s) in the group, %s, state in %s", app.id,
                      transport.url, len(self._plan_tasks), self.guarantee, self._state.path)
             if SHARED in self._producers and self.exactly_once:
@@ -153,6 +158,12 @@ class Worker:
             await self._globals.load(transport.admin, self.partitions)  # before any task runs
             await self._loop()
             await self._final_commit()
+            while self.until_idle is not None and not self._stopping and self._wrote_own_input:
+                # The final commit flushed caches into topics this worker reads (a
+                # repartition topic between two of its tasks): process those too.
+                log.info("the final commit wrote records this worker reads: processing them before stopping")
+                await self._loop()
+                await self._final_commit()
         except BaseException:
             await self._abandon()
             raise
@@ -300,7 +311,10 @@ class Worker:
                 continue
             idle = self._inputs[tid].idle(now, self._max_task_idle, has_unread)
             progress = (task.stream_time, idle, task.metrics.records_processed)
-            if self._announced.get(tid) == progress:
+            # Records written since the last marker (a cache flush, a punctuation) follow it:
+            # announce again after them, or readers wait for progress that never changes.
+            wrote = any(topic in topics for topic, _partition in task.collector.pending())
+            if self._announced.get(tid) == progress and not wrote:
                 continue
             self._announced[tid] = progress
             record = marker(writer_rank(sub_id, task.partition), task.stream_time, idle)
@@ -411,8 +425,9 @@ class Worker:
         if dirty:
             dropped = task.collector.discard()
             task.store_set.discard()
-            log.warning("task %s moved to another worker: dropped its uncommitted work (%d output record(s))",
-                        tid, dropped)
+            log.warning("task %s closed dirty (it moved to another worker, or its producer was fenced): "
+                        "dropped its uncommitted work (%d output record(s)); it resumes from its last "
+                        "commit wherever the group runs it next", tid, dropped)
         if self._consumer is not None:
             self._consumer.unassign(task.input_partitions)
         for tp in task.input_partitions:
@@ -493,6 +508,9 @@ class Worker:
         # Step 1 (progress markers after the flushed records: they announce what follows them).
         for task in self.tasks.values():
             task.prepare_commit()
+        own = self._task_of_partition
+        self._wrote_own_input = any(TopicPartition(topic, partition) in own for task in self.tasks.values()
+                                    for topic, partition in task.collector.pending())
         self._send_markers()
         # Step 2.
         for task in self.tasks.values():
@@ -506,16 +524,10 @@ class Worker:
         crash_point("commit.before_send")
         await self._send_outputs()
         crash_point("commit.after_send")
-        # Step 4.
+        # Steps 4 and 5, one task at a time: a failure of one task's commit never rolls
+        # back the state of a task committed before it (see _commit_tasks_one_by_one).
         if self._per_task_producers:
-            for tid, task in list(self.tasks.items()):
-                producer = self._producers[tid]
-                try:
-                    self._changelog_ends.update(await producer.delivered())
-                    await producer.commit_transaction(self.app.id, task.positions, self._commit_notes(tid))
-                except TaskMigratedError as exc:
-                    log.warning("task %s: %s", tid, exc)
-                    self._close_task(tid, dirty=True)
+            await self._commit_tasks_one_by_one()
         else:
             offsets, notes = {}, {}
             for tid, task in self.tasks.items():
@@ -539,19 +551,44 @@ class Worker:
                 except StreamkitError:
                     self._check_topics()  # a deleted topic is the likeliest cause: say so precisely
                     raise
-        crash_point("commit.after_transaction")
-        # Step 5.
-        ends, self._changelog_ends = self._changelog_ends, {}
-        for task in self.tasks.values():
-            task.store_set.persist(ends)
-        crash_point("commit.after_persist")
-        if self.exactly_once:
-            for producer in self._producers.values():
-                await producer.begin_transaction()
+            crash_point("commit.after_transaction")
+            # Step 5.
+            ends, self._changelog_ends = self._changelog_ends, {}
+            for task in self.tasks.values():
+                task.store_set.persist(ends)
+            crash_point("commit.after_persist")
+            if self.exactly_once:
+                await self._producers[SHARED].begin_transaction()
         if time.monotonic() >= self._next_purge and not self._commit_deferred:
             await self._purge_repartition_topics()
             self._next_purge = time.monotonic() + PURGE_INTERVAL
         self._note_too_long_logged = False
+
+    async def _commit_tasks_one_by_one(self) -> None:
+        """Per-task transactions (Kafka): each task's transaction commits, then its stores
+        persist, then its next transaction begins, before the next task commits. A task
+        whose producer was fenced (it moved, or its transaction ran past its timeout) is
+        closed dirty and handed back to the group; any other failure stops the worker
+        with every task before it committed and persisted, and none after it."""
+        for tid, task in list(self.tasks.items()):
+            producer = self._producers[tid]
+            try:
+                self._changelog_ends.update(await producer.delivered())
+                await producer.commit_transaction(self.app.id, task.positions, self._commit_notes(tid))
+            except TaskMigratedError as exc:
+                log.warning("task %s: %s", tid, exc)
+                self._close_task(tid, dirty=True)
+                continue
+            crash_point("commit.after_transaction")
+            task.store_set.persist(self._changelog_ends)
+            crash_point("commit.after_persist")
+            try:
+                await producer.begin_transaction()
+            except TaskMigratedError as exc:
+                log.warning("task %s: %s", tid, exc)
+                self._close_task(tid, dirty=True)
+            crash_point("commit.between_tasks")
+        self._changelog_ends = {}
 
     async def _purge_repartition_topics(self) -> None:
         """Delete repartition records below the committed offsets (each repartition
@@ -658,6 +695,9 @@ class Worker:
                 except Exception as exc:  # noqa: BLE001 - shutting down regardless
                     log.debug("closing %s: %s", type(client).__name__, exc)
         self._consumer = self._restore_consumer = None
+        if self._housekeeping:
+            self._housekeeping = False
+            self.transport.stop_housekeeping()
         try:
             if self._membership is not None:
                 await self._membership.aclose()

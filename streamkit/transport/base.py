@@ -291,6 +291,9 @@ class Transport(abc.ABC):
         """Start the broker-side upkeep this process is responsible for (embedded: retention
         and compaction in a background thread; a real broker does its own)."""
 
+    def stop_housekeeping(self) -> None:
+        """Stop what :meth:`start_housekeeping` started (the worker that started it stops)."""
+
     @abc.abstractmethod
     def membership(self, group: str, plan: GroupPlan) -> Membership: ...
 

@@ -229,7 +229,7 @@ class EmbeddedBroker(Admin):
 
     # ------------------------------------------------------------------ transactions
 
-    def begin_transaction(self, transactional_id: str) -> Transaction:
+    def begin_transaction(self, transactional_id: str, timeout_ms: Optional[int] = None) -> Transaction:
         """Open a transaction: appends to any partitions plus group offsets, made visible
         together by commit(), or never.
 
@@ -237,9 +237,13 @@ class EmbeddedBroker(Admin):
         any other owner (whose commit then raises ProducerFencedError) and resolves the
         transaction a previous owner left pending (rolled forward if it reached its
         commit point, else aborted). One transaction per id is open at a time.
+
+        ``timeout_ms``: a transaction still open that long after it began is aborted at
+        its next append or commit, and its producer fenced (ProducerFencedError), as a
+        Kafka broker aborts a transaction past ``transaction.timeout.ms``.
         """
         self._check_open()
-        return self._transactions.begin(transactional_id)
+        return self._transactions.begin(transactional_id, timeout_ms)
 
     def resolve_abandoned_transactions(self) -> int:
         """Resolve the pending transactions of every transactional id whose owner process
@@ -261,6 +265,10 @@ class EmbeddedBroker(Admin):
         """Run housekeeping every `interval` seconds in a daemon thread until close()."""
         self._check_open()
         self._housekeeper.start(interval)
+
+    def stop_housekeeping(self) -> None:
+        """Stop the background housekeeping thread (and wait for a pass in progress)."""
+        self._housekeeper.stop()
 
     def sync(self) -> None:
         """fsync every partition file this broker appended to since the last sync."""

@@ -360,7 +360,7 @@ class TransactionCoordinator:
         self._producers: dict[str, _Producer] = {}
         self._mutex = threading.Lock()
 
-    def begin(self, transactional_id: str) -> "Transaction":
+    def begin(self, transactional_id: str, timeout_ms: Optional[int] = None) -> "Transaction":
         with self._mutex:
             producer = self._producers.get(transactional_id)
             if producer is None or producer.fenced or producer.closed:
@@ -369,7 +369,7 @@ class TransactionCoordinator:
                 producer = _Producer.take_over(self, _IdDirectory(self._root, transactional_id))
                 self._producers[transactional_id] = producer
         try:
-            return producer.begin()
+            return producer.begin(timeout_ms)
         except ProducerFencedError:
             with self._mutex:
                 if self._producers.get(transactional_id) is producer:
@@ -560,7 +560,7 @@ class _Producer:
 
     # ------------------------------------------------------------------ transactions
 
-    def begin(self) -> "Transaction":
+    def begin(self, timeout_ms: Optional[int] = None) -> "Transaction":
         with self._mutex:
             self.check_fence()
             if self.current is not None:
@@ -572,7 +572,7 @@ class _Producer:
             if self.sequence + 1 > _MAX_SEQUENCE:
                 raise EmbeddedBrokerError(f"transactional id '{self.transactional_id}': "
                                           f"out of transaction numbers")
-            self.current = Transaction(self, self.sequence + 1)
+            self.current = Transaction(self, self.sequence + 1, timeout_ms)
             return self.current
 
     def register(self, tp: TopicPartition) -> None:
@@ -757,8 +757,10 @@ class Transaction:
     transactional id. As a context manager it commits on success, aborts on error.
     """
 
-    def __init__(self, producer: _Producer, sequence: int) -> None:
+    def __init__(self, producer: _Producer, sequence: int, timeout_ms: Optional[int] = None) -> None:
         self._producer = producer
+        self.timeout_ms = timeout_ms
+        self._deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         self.transactional_id = producer.transactional_id
         self.epoch = producer.epoch
         self.sequence = sequence
@@ -777,6 +779,7 @@ class Transaction:
     def append(self, topic: str, partition: int, records: Sequence[OutgoingRecord]) -> int:
         """Append records to a partition as part of this transaction; the first offset."""
         self._check_open()
+        self._check_timeout()
         producer = self._producer
         tp = TopicPartition(topic, partition)
         log = self.touched.get(tp)
@@ -814,13 +817,25 @@ class Transaction:
         """Make every append and staged offset visible, atomically and durably.
 
         Raises ProducerFencedError if another owner took the transactional id over (then
-        nothing of this transaction is ever visible).
+        nothing of this transaction is ever visible), or if it ran past its timeout.
         """
+        self._check_timeout()
         self._producer.commit(self)
 
     def abort(self) -> None:
         """Discard every append and staged offset of this transaction."""
         self._producer.abort(self)
+
+    def _check_timeout(self) -> None:
+        """As a Kafka transaction coordinator does: a transaction open past its timeout
+        is aborted and its producer fenced (a new owner of the id may begin again)."""
+        if self._deadline is None or time.monotonic() <= self._deadline or self.state != "open":
+            return
+        self._producer.abort(self)
+        self._producer.fenced = True
+        raise ProducerFencedError(
+            f"transaction {self.sequence} of '{self.transactional_id}' ran past its timeout "
+            f"({self.timeout_ms} ms): aborted, and its producer fenced")
 
     def _check_open(self) -> None:
         if self.state != "open":

@@ -7,7 +7,9 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..base import (Consumer, FetchedBatch, GroupPlan, Membership, OutgoingRecord, Producer, TaskAssignment,
                     TopicPartition, Transport)
+from ...errors import TaskMigratedError
 from .broker import EmbeddedBroker
+from .errors import ProducerFencedError
 
 MAX_RECORDS_PER_FETCH = 10_000
 _IDLE_SLEEP = 0.01  # s between looks at the log when nothing is there
@@ -82,9 +84,11 @@ class EmbeddedConsumer(Consumer):
 class EmbeddedProducer(Producer):
     """Appends directly; with a transactional id, inside the broker's transactions."""
 
-    def __init__(self, broker: EmbeddedBroker, transactional_id: Optional[str] = None) -> None:
+    def __init__(self, broker: EmbeddedBroker, transactional_id: Optional[str] = None,
+                 transaction_timeout_ms: Optional[int] = None) -> None:
         self._broker = broker
         self._transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
         self._transaction = None
 
     async def send(self, batches: Sequence[Tuple[str, int, Sequence[OutgoingRecord]]]) -> Dict[TopicPartition, int]:
@@ -92,9 +96,16 @@ class EmbeddedProducer(Producer):
         if self._transactional_id is not None and self._transaction is None:
             raise RuntimeError("transactional producer: call begin_transaction() before send()")
         ends = {}
-        for topic, partition, records in batches:
-            ends[TopicPartition(topic, partition)] = append(topic, partition, records) + len(records)
+        try:
+            for topic, partition, records in batches:
+                ends[TopicPartition(topic, partition)] = append(topic, partition, records) + len(records)
+        except ProducerFencedError as exc:
+            raise self._fenced(exc) from None
         return ends
+
+    def _fenced(self, exc: ProducerFencedError) -> TaskMigratedError:
+        self._transaction = None
+        return TaskMigratedError(f"producer {self._transactional_id}: {exc}")
 
     async def flush(self) -> None:
         self._broker.sync()
@@ -102,14 +113,21 @@ class EmbeddedProducer(Producer):
     async def begin_transaction(self) -> None:
         if self._transactional_id is None:
             raise RuntimeError("this producer has no transactional id")
-        self._transaction = self._broker.begin_transaction(self._transactional_id)
+        try:
+            self._transaction = self._broker.begin_transaction(self._transactional_id,
+                                                               self.transaction_timeout_ms)
+        except ProducerFencedError as exc:
+            raise self._fenced(exc) from None
 
     async def commit_transaction(self, group: str, offsets: Mapping[TopicPartition, int],
                                  metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
         transaction, self._transaction = self._transaction, None
-        if offsets:
-            transaction.commit_offsets(group, offsets, metadata)
-        transaction.commit()
+        try:
+            if offsets:
+                transaction.commit_offsets(group, offsets, metadata)
+            transaction.commit()
+        except ProducerFencedError as exc:
+            raise self._fenced(exc) from None
 
     async def abort_transaction(self) -> None:
         transaction, self._transaction = self._transaction, None
@@ -170,17 +188,26 @@ class EmbeddedMembership(Membership):
 class EmbeddedTransport(Transport):
     """``embedded://<directory>``: streamkit's local durable log."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, *, transactional_id_per_task: bool = False,
+                 transaction_timeout_ms: Optional[int] = None) -> None:
+        """``transactional_id_per_task``: exactly_once uses one transactional producer per
+        task, as on Kafka (the path Kafka's fencing needs, testable here);
+        ``transaction_timeout_ms``: transactions open longer are aborted and fenced."""
         self.url = f"embedded://{directory}"
         self.directory = directory
         self.broker = EmbeddedBroker(directory)
         self.admin = self.broker
+        self._per_task = transactional_id_per_task
+        self.transaction_timeout_ms = transaction_timeout_ms
+
+    def transactional_id_per_task(self) -> bool:
+        return self._per_task
 
     def consumer(self, group: str, *, read_committed: bool = True) -> Consumer:
         return EmbeddedConsumer(self.broker, group, read_committed)
 
     def producer(self, *, transactional_id: Optional[str] = None) -> Producer:
-        return EmbeddedProducer(self.broker, transactional_id)
+        return EmbeddedProducer(self.broker, transactional_id, self.transaction_timeout_ms)
 
     def membership(self, group: str, plan: GroupPlan) -> Membership:
         return EmbeddedMembership(self.broker, group, plan)
@@ -190,6 +217,9 @@ class EmbeddedTransport(Transport):
 
     def start_housekeeping(self) -> None:
         self.broker.start_housekeeping(HOUSEKEEPING_INTERVAL)
+
+    def stop_housekeeping(self) -> None:
+        self.broker.stop_housekeeping()
 
     def close(self) -> None:
         self.broker.close()

@@ -160,6 +160,8 @@ class KafkaGroupMembership(Membership):
         self._pending: Optional[TaskAssignment] = None
         self._revoking: Optional[asyncio.Event] = None
         self._closing = False
+        self._restart: Set[str] = set()
+        """Tasks closed dirty while the group still assigns them here (see release)."""
         self.topics = sorted({tp.topic for tps in plan.tasks.values() for tp in tps})
 
     def consumer(self) -> Consumer:
@@ -172,7 +174,42 @@ class KafkaGroupMembership(Membership):
             self._started = True
             log.info("joining group %s (topics %s)", self._group, ", ".join(self.topics))
         pending, self._pending = self._pending, None
+        if pending is not None:
+            self._restart.clear()  # the new assignment decides
+        elif self._restart and not self.revocation_pending():
+            restart, self._restart = sorted(self._restart), set()
+            if await self._generation_is_current(restart):
+                log.info("group %s still assigns task(s) %s here: restarting them from their committed "
+                         "offsets with new producers", self._group, ", ".join(restart))
+                return self._assignor.received
         return pending
+
+    def release(self, task_id: str) -> None:
+        """The worker closed ``task_id``. If the group still assigns it here, the task was
+        closed dirty (its transactional producer was fenced: a transaction ran past its
+        timeout, or the broker bumped its epoch): the next poll offers the assignment
+        again, once the coordinator accepted this member's generation, so the worker
+        restarts the task instead of leaving its partitions paused until some rebalance."""
+        received = self._assignor.received
+        if not self._closing and received is not None and task_id in received.active:
+            self._restart.add(task_id)
+
+    async def _generation_is_current(self, task_ids: Sequence[str]) -> bool:
+        """Commit the tasks' committed offsets again (a no-op for their position) to learn
+        from the coordinator whether this member's generation still owns them. A member
+        the group moved on without must not restart tasks: a new producer would fence the
+        real owner's."""
+        partitions = [tp for tid in task_ids for tp in self._plan.tasks.get(tid, ())]
+        offsets = await committed_offsets(self._kafka, partitions)
+        if not offsets:
+            return True  # nothing committed yet: nothing to check with; the heartbeat tells
+        notes = await committed_metadata(self._kafka, partitions)
+        try:
+            await self._consumer.commit(offsets, notes)
+        except (TaskMigratedError, GroupRebalancing) as exc:
+            log.warning("group %s: not restarting task(s) %s here: %s", self._group, ", ".join(task_ids), exc)
+            return False
+        return True
 
     def revocation_pending(self) -> bool:
         return self._revoking is not None and not self._revoking.is_set()
