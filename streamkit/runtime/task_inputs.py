@@ -190,6 +190,13 @@ class TaskInputs:
                 del pending[tp][:count]
         return runs
 
+    def put_back(self, tp: TopicPartition, records: List[RawRecord]) -> None:
+        """Return released, unprocessed records of source partition ``tp`` to the front of
+        its pending records (they run first next time)."""
+        if tp in self._keys:
+            raise ValueError(f"{tp.topic}[{tp.partition}] is merged by writer: its records cannot be put back")
+        self._pending[tp][:0] = records
+
     def _hand_out(self, tp: TopicPartition, records: List[RawRecord], count: int) -> None:
         """The first ``count`` pending records of repartition partition ``tp`` go to the task:
         remember each writer's last offset among them."""

@@ -9,8 +9,10 @@ them and may move them in a rebalance (committed first, see :meth:`Worker._rebal
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import logging
+import math
 import os
 import signal
 import time
@@ -68,6 +70,17 @@ class Worker:
             raise ConfigError(f"processing guarantee {self.guarantee!r}: use one of {', '.join(GUARANTEES)}")
         self.exactly_once = self.guarantee == "exactly_once"
         self.commit_interval = app.effective_commit_interval(self.guarantee).total_seconds()
+        timeout_ms = transport.transaction_timeout_ms
+        if self.exactly_once and timeout_ms is not None and timeout_ms <= self.commit_interval * 1000:
+            raise ConfigError(
+                f"transaction_timeout_ms ({timeout_ms}) must be larger than the commit interval "
+                f"({self.commit_interval * 1000:g} ms): the broker would abort each transaction before the "
+                "worker commits it")
+        self._commit_due = math.inf
+        self._slice = SLICE
+        """Records processed in one step: fewer when steps of SLICE take longer than MAX_BLOCKING."""
+        """When the next commit is due (monotonic s): a processing round stops there, so a
+        long round does not hold a transaction open past its timeout."""
         self.standby_replicas = app.num_standby_replicas if standby_replicas is None else standby_replicas
         self._explicit_state_dir = state_dir or app.state_dir
         self._state: Optional[StateDirectory] = None
@@ -172,7 +185,7 @@ class Worker:
     async def _loop(self) -> None:
         """Until stopped: follow the membership, fetch, process, send outputs, commit on time."""
         now = time.monotonic()
-        next_commit = now + self.commit_interval
+        next_commit = self._commit_due = now + self.commit_interval
         self._progress = _Progress(now)
         idle_since: Optional[float] = now  # start of the current run of empty fetches
         next_topic_check = now + TOPIC_CHECK_INTERVAL
@@ -211,7 +224,7 @@ class Worker:
             # processed since, and the group may already have moved the partitions.
             if (now >= next_commit or buffered > cache_limit) and not self._suspended:
                 await self._commit()
-                next_commit = time.monotonic() + self.commit_interval
+                next_commit = self._commit_due = time.monotonic() + self.commit_interval
             self._progress.maybe_log(now, self.tasks)
             if now >= next_topic_check:
                 self._check_topics()
@@ -254,15 +267,28 @@ class Worker:
                  for inputs in self._inputs.values()]
         processed = False
         last_yield = time.monotonic()
-        for tp, records in interleave_lanes(lanes, SLICE):
+        runs = collections.deque(interleave_lanes(lanes, SLICE))
+        while runs:
+            tp, records = runs.popleft()
+            if len(records) > self._slice:  # a slow topology: look at the clock more often
+                runs.appendleft((tp, records[self._slice:]))
+                records = records[:self._slice]
             task = lookup[tp]
+            started = time.monotonic()
             task.process(tp.topic, records)
+            took = time.monotonic() - started
+            if took > MAX_BLOCKING:
+                self._slice = max(1, int(len(records) * MAX_BLOCKING / took))
+            elif self._slice < SLICE and took < MAX_BLOCKING / 4:
+                self._slice = min(SLICE, self._slice * 2)
             processed = True
             if time.monotonic() - last_yield > MAX_BLOCKING:
                 # Let the network clients run (group heartbeats, fetches): a slow
                 # topology must not get this worker thrown out of its group.
                 await asyncio.sleep(0)
                 last_yield = time.monotonic()
+                if last_yield >= self._commit_due and self._put_back(runs):
+                    break  # the commit is due: the rest of the round waits for the next one
         for tid, inputs in self._inputs.items():
             if inputs.merges:  # processed out of offset order: resume at the first record not processed
                 self.tasks[tid].positions.update(inputs.merge_positions())
@@ -272,6 +298,22 @@ class Worker:
         for tp, offset in resume.items():
             self._consumer.assign([tp], {tp: offset})
         return processed
+
+    def _put_back(self, runs: "collections.deque") -> bool:
+        """Return the round's unprocessed ``runs`` to their inputs, in order, so the loop
+        can commit; False (nothing returned) when one is from a merged repartition
+        partition, whose writers' cursors already count it as handed out: then the round
+        finishes first."""
+        lookup = self._task_of_partition
+        if any(tp in self._inputs[lookup[tp].id].merges for tp, _records in runs):
+            return False
+        by_partition: Dict[TopicPartition, list] = {}
+        for tp, records in runs:
+            by_partition.setdefault(tp, []).extend(records)
+        for tp, records in by_partition.items():
+            self._inputs[lookup[tp].id].put_back(tp, records)
+        runs.clear()
+        return True
 
     def _holding_back(self) -> bool:
         """Whether a task holds records that a writer's progress will release (not idle)."""

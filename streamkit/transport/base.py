@@ -269,6 +269,8 @@ class Transport(abc.ABC):
 
     url: str
     admin: Admin
+    transaction_timeout_ms: Optional[int] = None
+    """How long a transaction may stay open before the broker aborts it (None: no limit)."""
 
     @property
     def auto_creates_sources(self) -> bool:

@@ -27,7 +27,8 @@ USERS = 12
 EVENTS = 600
 
 
-def _count_app(app_id: str, slow_once: Dict[str, bool], *, changelog: bool = True) -> sk.App:
+def _count_app(app_id: str, slow_once: Dict[str, bool], *, changelog: bool = True,
+               per_record_s: float = 0.0) -> sk.App:
     app = sk.App(app_id, store_backend="rocksdb", caching=False, commit_interval=timedelta(milliseconds=100),
                  processing_guarantee="exactly_once")
     events = app.topic("events", key_serde=sk.serdes.String(), value_serde=sk.serdes.Json(), partitions=2)
@@ -35,6 +36,9 @@ def _count_app(app_id: str, slow_once: Dict[str, bool], *, changelog: bool = Tru
     def maybe_slow(value: dict) -> dict:
         if value["n"] == EVENTS // 2 and slow_once.pop("pending", False):
             time.sleep(0.8)  # this round outlives the 400 ms transaction timeout, once
+        if per_record_s and slow_once.get("slow records", 0) > 0:
+            slow_once["slow records"] -= 1
+            time.sleep(per_record_s)
         return value
 
     @app.topology
@@ -83,6 +87,25 @@ def test_a_task_whose_transaction_timed_out_restarts_from_its_committed_offsets(
     assert len(counted) == EVENTS
 
 
+def test_a_long_round_commits_when_due_instead_of_outliving_the_transaction_timeout(tmp_path: Path,
+                                                                                     caplog) -> None:
+    """600 records at 2 ms each (for their first two passes) are one fetch round of 1.2 s;
+    the commit is due every 100 ms and transactions time out after 1 s. The worker cuts
+    slow steps short and stops the round when the commit is due (its rest runs after the
+    commit), so no transaction times out (before: the round's transaction timed out, and
+    its tasks restarted)."""
+    directory = tmp_path / "broker"
+    _produce(directory)
+    slow = {"slow records": 2 * EVENTS}
+    with caplog.at_level(logging.INFO, logger="streamkit"):
+        _run(_count_app("slow", slow, per_record_s=0.002), directory, tmp_path / "state",
+             transaction_timeout_ms=1000)
+    assert slow["slow records"] == EVENTS  # each record processed once
+    assert "ran past its timeout" not in caplog.text
+    assert _final_counts(directory) == {f"u{u}": EVENTS // USERS for u in range(USERS)}
+    assert len(committed_records(directory, "counts", 2)) == EVENTS
+
+
 @pytest.mark.parametrize("changelog", [True, False], ids=["changelogged", "unlogged"])
 def test_a_failure_between_task_commits_keeps_the_committed_tasks_state(tmp_path: Path, changelog: bool) -> None:
     directory, state = tmp_path / "broker", tmp_path / "state"
@@ -101,3 +124,14 @@ def test_a_failure_between_task_commits_keeps_the_committed_tasks_state(tmp_path
     _run(_count_app("between", {}, changelog=changelog), directory, state)
     assert _final_counts(directory) == {f"u{u}": 3 * EVENTS // 2 // USERS for u in range(USERS)}
     assert len(committed_records(directory, "counts", 2)) == 3 * EVENTS // 2
+
+
+def test_a_transaction_timeout_not_above_the_commit_interval_is_refused(tmp_path: Path) -> None:
+    transport = EmbeddedTransport(str(tmp_path / "broker"), transactional_id_per_task=True,
+                                  transaction_timeout_ms=100)
+    try:
+        with pytest.raises(sk.errors.ConfigError, match=r"transaction_timeout_ms \(100\) must be larger than "
+                                                         r"the commit interval \(100 ms\)"):
+            Worker(_count_app("refused", {}), transport, state_dir=str(tmp_path / "state"))
+    finally:
+        transport.close()

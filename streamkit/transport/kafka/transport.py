@@ -16,6 +16,7 @@ class KafkaTransport(Transport):
 
     def __init__(self, config: KafkaClientConfig) -> None:
         self.config = config
+        self.transaction_timeout_ms = config.transaction_timeout_ms
         self.url = "kafka://" + ",".join(config.bootstrap_servers)
         self.admin = KafkaAdmin(config)
         self.admin.connect()
