@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import ConfigError, RecordError, SuppressionBufferFullError, TopologyError, UserFunctionError
 from ..transport.base import RawRecord
@@ -36,13 +36,17 @@ class ErrorPolicy:
     """Applies the configured handlers for one task."""
 
     def __init__(self, *, deserialization: str, processing: str, dlq_topic: str, dlq_partitions: int,
-                 collector: RecordCollector, metrics: TaskMetrics) -> None:
+                 collector: RecordCollector, metrics: TaskMetrics,
+                 muted: Callable[[], bool] = lambda: False) -> None:
         self.deserialization = check_handler(deserialization, "deserialization_error_handler")
         self.processing = check_handler(processing, "processing_error_handler")
         self.dlq_topic = dlq_topic
         self.dlq_partitions = dlq_partitions
         self._collector = collector
         self._metrics = metrics
+        self._muted = muted
+        """Whether the task is re-reading input it processed before (a rebuild): the records
+        were skipped or dead-lettered then, and are not again."""
 
     def deserialization_failed(self, topic: str, partition: int, record: RawRecord, exc: BaseException) -> None:
         self._handle(self.deserialization, "deserialization", topic, partition, record, exc, None)
@@ -62,6 +66,9 @@ class ErrorPolicy:
         error = RecordError(stage, topic, partition, record[0], cause, node)
         if handler == "fail":
             raise error from cause
+        if self._muted():
+            log.debug("rebuilding: %s (handled when first processed)", error)
+            return
         if handler == "log_and_skip":
             self._metrics.records_skipped += 1
             log.warning("skipped record: %s", error)

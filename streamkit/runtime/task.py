@@ -63,8 +63,11 @@ class Task:
         self.errors = ErrorPolicy(deserialization=deserialization_error_handler,
                                   processing=processing_error_handler, dlq_topic=dlq,
                                   dlq_partitions=partitions.get(dlq, 1), collector=collector,
-                                  metrics=self.metrics)
+                                  metrics=self.metrics, muted=lambda: self.context.muted)
         self.positions: Dict[TopicPartition, int] = {}
+        self._forwarding_since_persist = False
+        """Records processed (not muted) since the stores last persisted: their writes are
+        still to be forwarded and logged."""
         self.rebuild_until: Dict[str, int] = {}
         """Per input topic: offsets below this were processed before; re-reading them
         rebuilds state with every sink muted (see :meth:`rebuild_from_input`)."""
@@ -144,7 +147,13 @@ class Task:
             self._rebuild(topic, records)
         else:
             self._loops[topic](records)
+            self._forwarding_since_persist = True
         self.positions[TopicPartition(topic, self.partition)] = position
+
+    def persist(self, changelog_ends: Mapping[TopicPartition, int]) -> None:
+        """Step 5 of a commit: the stores' buffered writes go to their persistent stores."""
+        self.store_set.persist(changelog_ends)
+        self._forwarding_since_persist = False
 
     def rebuild_from_input(self, processed: Dict[TopicPartition, int]) -> None:
         """Empty the task's stores and re-read its input from the start: records below the
@@ -163,9 +172,17 @@ class Task:
                 self._loops[topic](records[:split])
             finally:
                 self.context.muted = False
+            if not self._forwarding_since_persist:
+                # The rebuilt state is what the committed offsets stand for: the next commit
+                # must not forward it again (record caches) nor log it again.
+                self.store_set.adopt_pending()
+            else:
+                log.warning("task %s: input past the committed offsets of one topic ran before the rebuild of "
+                            "another ended; the next commit forwards the rebuilt aggregates again", self.id)
         if split < len(records):
             self.rebuild_until.pop(topic, None)
             self._loops[topic](records[split:])
+            self._forwarding_since_persist = True
 
     def punctuate_wall_clock(self) -> int:
         """Fire due wall-clock punctuations and, for an idle task with

@@ -597,7 +597,7 @@ class Worker:
             # Step 5.
             ends, self._changelog_ends = self._changelog_ends, {}
             for task in self.tasks.values():
-                task.store_set.persist(ends)
+                task.persist(ends)
             crash_point("commit.after_persist")
             if self.exactly_once:
                 await self._producers[SHARED].begin_transaction()
@@ -622,7 +622,7 @@ class Worker:
                 self._close_task(tid, dirty=True)
                 continue
             crash_point("commit.after_transaction")
-            task.store_set.persist(self._changelog_ends)
+            task.persist(self._changelog_ends)
             crash_point("commit.after_persist")
             try:
                 await producer.begin_transaction()

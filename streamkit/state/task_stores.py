@@ -89,6 +89,13 @@ class TaskStores:
             offset = next_offsets.get(store.changelog) if store.changelog is not None else None
             store.buffer.persist(offset)
 
+    def adopt_pending(self) -> None:
+        """Make the buffered writes the committed state without forwarding or logging them:
+        after a rebuild from input, they are what the committed offsets already stand for
+        (forwarding them again would repeat outputs; their changelogs hold them)."""
+        for store in self.open_stores:
+            store.buffer.persist(None)
+
     def reset(self) -> None:
         """Empty every store of the task, checkpoints included (before a rebuild from input)."""
         for store in self.open_stores:
