@@ -151,15 +151,24 @@ class Task:
         self.positions[TopicPartition(topic, self.partition)] = position
 
     def persist(self, changelog_ends: Mapping[TopicPartition, int]) -> None:
-        """Step 5 of a commit: the stores' buffered writes go to their persistent stores."""
-        self.store_set.persist(changelog_ends)
+        """Step 5 of a commit: the stores' buffered writes go to their persistent stores,
+        stores without a changelog with the input positions just committed."""
+        self.store_set.persist(changelog_ends, self.positions)
         self._forwarding_since_persist = False
 
-    def rebuild_from_input(self, processed: Dict[TopicPartition, int]) -> None:
-        """Empty the task's stores and re-read its input from the start: records below the
-        ``processed`` offsets only rebuild state (sinks are muted), later ones run normally."""
-        self.store_set.reset()
-        self.rebuild_until = {tp.topic: offset for tp, offset in processed.items() if offset > 0}
+    def rebuild_from_input(self, processed: Dict[TopicPartition, int],
+                           replay_from: Optional[Mapping[TopicPartition, int]] = None) -> None:
+        """Re-read the task's input: records below the ``processed`` offsets only rebuild
+        state (sinks, dead letters and late-record topics are muted), later ones run
+        normally. From the start with every store emptied; or, with ``replay_from`` (the
+        positions the task's stores, all without changelog, reflect), from there with the
+        stores as they are."""
+        if replay_from is None:
+            self.store_set.reset()
+        else:
+            self.positions.update(replay_from)
+        self.rebuild_until = {tp.topic: offset for tp, offset in processed.items()
+                              if offset > (replay_from or {}).get(tp, 0)}
 
     def _rebuild(self, topic: str, records: Sequence[RawRecord]) -> None:
         until = self.rebuild_until.get(topic, 0)
@@ -175,7 +184,9 @@ class Task:
             if not self._forwarding_since_persist:
                 # The rebuilt state is what the committed offsets stand for: the next commit
                 # must not forward it again (record caches) nor log it again.
-                self.store_set.adopt_pending()
+                replayed = dict(self.positions)
+                replayed[TopicPartition(topic, self.partition)] = records[split - 1][0] + 1
+                self.store_set.adopt_pending(replayed)
             else:
                 log.warning("task %s: input past the committed offsets of one topic ran before the rebuild of "
                             "another ended; the next commit forwards the rebuilt aggregates again", self.id)

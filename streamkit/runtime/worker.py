@@ -439,14 +439,26 @@ class Worker:
         if committed_time > task.context.stream_time:
             task.context.stream_time = committed_time
         lost = task.store_set.lost_unlogged
-        if lost and positions:
-            # Replaying input for one store would apply it twice to the others: the
-            # whole task's state is rebuilt from the input instead.
-            log.warning("task %s: store(s) %s have no changelog and no local state: rebuilding the "
-                        "task's state from the start of the input (with its outputs muted up to the "
-                        "committed offsets)", tid, ", ".join(lost))
-            task.rebuild_from_input(positions)
-            positions, notes = {}, {}
+        behind = _unlogged_behind(task.store_set.unlogged_positions(), positions)
+        if (lost or behind) and positions:
+            replay_from = None
+            if behind and not lost and not task.store_set.has_changelogged_stores \
+                    and len({tuple(sorted(p.items())) for p in behind.values()}) == 1 \
+                    and set(behind) == set(task.store_set.unlogged_positions()):
+                replay_from = next(iter(behind.values()))  # every store stopped at the same commit
+            if replay_from is not None:
+                log.warning("task %s: store(s) %s have no changelog and are behind the committed offsets (a "
+                            "crash between the commit and their write): replaying the input from %s with "
+                            "outputs muted", tid, ", ".join(behind), _describe(replay_from))
+            else:
+                # Replaying input for some stores would apply it twice to the others: the
+                # whole task's state is rebuilt from the input instead.
+                log.warning("task %s: store(s) %s have no changelog and %s: rebuilding the task's state from "
+                            "the start of the input (with its outputs muted up to the committed offsets)",
+                            tid, ", ".join(lost or behind),
+                            "no local state" if lost else "are behind the committed offsets")
+            task.rebuild_from_input(positions, replay_from)
+            positions, notes = dict(replay_from or {}), {}
         else:
             self.restored[tid] = await restore_task_stores(
                 tid, task.store_set, self._restore_consumer, self.transport.admin)
@@ -746,6 +758,18 @@ class Worker:
         finally:
             if self._state is not None:
                 self._state.release()
+
+
+def _unlogged_behind(recorded: Dict[str, Optional[Dict[TopicPartition, int]]],
+                     committed: Dict[TopicPartition, int]) -> Dict[str, Dict[TopicPartition, int]]:
+    """The stores without changelog whose recorded input positions are behind the
+    committed offsets (None: not recorded, taken as up to date)."""
+    return {name: positions for name, positions in recorded.items() if positions is not None
+            and any(positions.get(tp, 0) < offset for tp, offset in committed.items())}
+
+
+def _describe(positions: Dict[TopicPartition, int]) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]@{offset}" for tp, offset in sorted(positions.items()))
 
 
 def _reader(transport: Transport, app_id: str) -> Consumer:

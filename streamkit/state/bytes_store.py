@@ -17,8 +17,11 @@ class BytesStore(abc.ABC):
         """Entries with start <= key <= end in byte order (None = open end)."""
 
     @abc.abstractmethod
-    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int]) -> None:
-        """Write ``entries`` (None deletes) and record ``changelog_offset``, all or nothing."""
+    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int],
+              input_positions: Optional[bytes] = None) -> None:
+        """Write ``entries`` (None deletes) and record ``changelog_offset`` and, for a store
+        without a changelog, the encoded ``input_positions`` its contents reflect, all or
+        nothing."""
 
     @abc.abstractmethod
     def delete_range(self, start: bytes, end: bytes) -> None:
@@ -27,6 +30,10 @@ class BytesStore(abc.ABC):
     @abc.abstractmethod
     def changelog_offset(self) -> Optional[int]:
         """The changelog offset the contents reflect (the next one to replay), if known."""
+
+    @abc.abstractmethod
+    def input_positions(self) -> Optional[bytes]:
+        """The encoded input positions last recorded by :meth:`apply`, if any."""
 
     @abc.abstractmethod
     def approximate_len(self) -> int: ...

@@ -15,11 +15,15 @@ class InMemoryBytesStore(BytesStore):
         self._data: Dict[bytes, bytes] = {}
         self._sorted: Optional[List[bytes]] = None
         self._offset: Optional[int] = None
+        self._input_positions: Optional[bytes] = None
 
     def get(self, key: bytes) -> Optional[bytes]:
         return self._data.get(key)
 
-    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int]) -> None:
+    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int],
+              input_positions: Optional[bytes] = None) -> None:
+        if input_positions is not None:
+            self._input_positions = input_positions
         data = self._data
         for key, value in entries.items():
             if value is None:
@@ -49,6 +53,9 @@ class InMemoryBytesStore(BytesStore):
     def changelog_offset(self) -> Optional[int]:
         return self._offset
 
+    def input_positions(self) -> Optional[bytes]:
+        return self._input_positions
+
     def range(self, start: Optional[bytes], end: Optional[bytes]) -> Iterator[Tuple[bytes, bytes]]:
         if self._sorted is None:
             self._sorted = sorted(self._data)
@@ -65,4 +72,4 @@ class InMemoryBytesStore(BytesStore):
         return len(self._data)
 
     def reset(self) -> None:
-        self._data, self._sorted, self._offset = {}, None, None
+        self._data, self._sorted, self._offset, self._input_positions = {}, None, None, None

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 _META_CF = "streamkit"
 _OFFSET_KEY = b"changelog-offset"
 _OFFSET = struct.Struct(">q")
+_INPUT_KEY = b"input-positions"
 
 
 def _options() -> Options:
@@ -81,7 +82,8 @@ class RocksDBBytesStore(BytesStore):
             yield key, it.value()
             it.next()
 
-    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int]) -> None:
+    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int],
+              input_positions: Optional[bytes] = None) -> None:
         batch = WriteBatch(raw_mode=True)
         for key, value in entries.items():
             if value is None:
@@ -90,7 +92,12 @@ class RocksDBBytesStore(BytesStore):
                 batch.put(key, value)
         if changelog_offset is not None:
             batch.put(_OFFSET_KEY, _OFFSET.pack(changelog_offset), self._meta)
+        if input_positions is not None:
+            batch.put(_INPUT_KEY, input_positions, self._meta)
         self._db.write(batch)
+
+    def input_positions(self) -> Optional[bytes]:
+        return self._meta_cf.get(_INPUT_KEY)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         if start < end:  # RocksDB rejects an inverted range

@@ -191,7 +191,8 @@ class SegmentedBytesStore(BytesStore):
                 return
             yield key[_PREFIX:], value
 
-    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int]) -> None:
+    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int],
+              input_positions: Optional[bytes] = None) -> None:
         """Write logical ``entries``, skipping expired puts, then drop expired segments."""
         old_time = self._stream_time
         new_time = old_time
@@ -217,7 +218,7 @@ class SegmentedBytesStore(BytesStore):
             physical[pack(time // interval) + key] = value
         if new_time != old_time:
             physical[_STREAM_TIME_PHYSICAL] = encode_stream_time(new_time)  # type: ignore[arg-type]
-        self.inner.apply(physical, changelog_offset)
+        self.inner.apply(physical, changelog_offset, input_positions)
         if new_time != old_time:
             self._set_stream_time(new_time)  # type: ignore[arg-type]
         if not added <= self._segments:
@@ -237,6 +238,9 @@ class SegmentedBytesStore(BytesStore):
 
     def changelog_offset(self) -> Optional[int]:
         return self.inner.changelog_offset()
+
+    def input_positions(self) -> Optional[bytes]:
+        return self.inner.input_positions()
 
     def approximate_len(self) -> int:
         return max(0, self.inner.approximate_len() - (self._stream_time is not None))

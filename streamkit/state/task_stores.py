@@ -1,6 +1,7 @@
 """The stores of one task: opened from their specs, flushed and persisted together."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -82,19 +83,42 @@ class TaskStores:
                 out.append((store.changelog.topic, store.changelog.partition, records))
         return out
 
-    def persist(self, next_offsets: Mapping[TopicPartition, int]) -> None:
-        """After the transport commit: write each buffer to its persistent store, with the
-        changelog offset the store now reflects, in one batch per store."""
+    def persist(self, next_offsets: Mapping[TopicPartition, int],
+                input_positions: Optional[Mapping[TopicPartition, int]] = None) -> None:
+        """After the transport commit: write each buffer to its persistent store, in one
+        batch per store, with what the store now reflects: the changelog offset, or for a
+        store without a changelog, the task's ``input_positions`` (the offsets committed
+        with it). A crash before a store's batch leaves it behind the committed offsets
+        by the interval; :meth:`unlogged_positions` tells from where to replay."""
+        encoded = None if input_positions is None else encode_positions(input_positions)
         for store in self.open_stores:
-            offset = next_offsets.get(store.changelog) if store.changelog is not None else None
-            store.buffer.persist(offset)
+            if store.changelog is not None:
+                store.buffer.persist(next_offsets.get(store.changelog))
+            else:
+                store.buffer.persist(None, encoded)
 
-    def adopt_pending(self) -> None:
+    @property
+    def has_changelogged_stores(self) -> bool:
+        return any(s.changelog is not None for s in self.open_stores)
+
+    def unlogged_positions(self) -> Dict[str, Optional[Dict[TopicPartition, int]]]:
+        """For each store without a changelog (and with local state), the input positions
+        its contents reflect (None: not recorded, e.g. by an older version)."""
+        out: Dict[str, Optional[Dict[TopicPartition, int]]] = {}
+        for s in self.open_stores:
+            if s.changelog is None and not s.created:
+                raw = s.buffer.persistent.input_positions()
+                out[s.spec.name] = None if raw is None else decode_positions(raw)
+        return out
+
+    def adopt_pending(self, input_positions: Mapping[TopicPartition, int]) -> None:
         """Make the buffered writes the committed state without forwarding or logging them:
         after a rebuild from input, they are what the committed offsets already stand for
-        (forwarding them again would repeat outputs; their changelogs hold them)."""
+        (forwarding them again would repeat outputs; their changelogs hold them). Stores
+        without a changelog record the ``input_positions`` replayed so far."""
+        encoded = encode_positions(input_positions)
         for store in self.open_stores:
-            store.buffer.persist(None)
+            store.buffer.persist(None, None if store.changelog is not None else encoded)
 
     def reset(self) -> None:
         """Empty every store of the task, checkpoints included (before a rebuild from input)."""
@@ -104,6 +128,8 @@ class TaskStores:
             store.buffer.persistent.reset()
             if isinstance(store.store, SuppressionBuffer):
                 store.store.reset_index()
+            if store.changelog is None:  # reflects no input at all (not "unknown")
+                store.buffer.persist(None, encode_positions({}))
 
     @property
     def lost_unlogged(self) -> List[str]:
@@ -117,6 +143,15 @@ class TaskStores:
     def close(self) -> None:
         for store in self.open_stores:
             store.buffer.persistent.close()
+
+
+def encode_positions(positions: Mapping[TopicPartition, int]) -> bytes:
+    """Input positions as stored next to an unlogged store's data."""
+    return json.dumps(sorted([tp.topic, tp.partition, offset] for tp, offset in positions.items())).encode()
+
+
+def decode_positions(raw: bytes) -> Dict[TopicPartition, int]:
+    return {TopicPartition(topic, partition): offset for topic, partition, offset in json.loads(raw)}
 
 
 def open_bytes_store(backend: str, path: Optional[str]) -> Tuple[BytesStore, Optional[str]]:
@@ -145,7 +180,10 @@ def open_task_stores(specs: Iterable[StoreSpec], *, app_id: str, task_id: str, p
         buffer = WriteBuffer(spec.name, persistent)
         store = _typed_store(spec, buffer)
         changelog = TopicPartition(changelog_topic(app_id, spec.name), partition) if spec.changelog else None
-        opened.append(OpenStore(spec, buffer, store, changelog, rebuilt, created=not existed or rebuilt is not None))
+        created = not existed or rebuilt is not None
+        if created and changelog is None:
+            buffer.persist(None, encode_positions({}))  # a crash before its first commit leaves "nothing"
+        opened.append(OpenStore(spec, buffer, store, changelog, rebuilt, created=created))
     return TaskStores(opened)
 
 

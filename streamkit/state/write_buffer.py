@@ -116,10 +116,11 @@ class WriteBuffer:
             for listener in self.flush_listeners:
                 listener(key, value, old)
 
-    def persist(self, changelog_offset: Optional[int]) -> None:
-        """Apply the buffered writes (and the changelog offset they reach) in one batch."""
-        if self.pending or changelog_offset is not None:
-            self.persistent.apply(self.pending, changelog_offset)
+    def persist(self, changelog_offset: Optional[int], input_positions: Optional[bytes] = None) -> None:
+        """Apply the buffered writes (and the changelog offset they reach, or the encoded
+        input positions they reflect) in one batch."""
+        if self.pending or changelog_offset is not None or input_positions is not None:
+            self.persistent.apply(self.pending, changelog_offset, input_positions)
         for key, value in self.pending.items():
             self._remember(key, value)
         self.pending = {}

@@ -44,9 +44,10 @@ class Recording(BytesStore):
         self.calls.append(("range", (start, end)))
         return self.inner.range(start, end)
 
-    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int]) -> None:
+    def apply(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: Optional[int],
+              input_positions: Optional[bytes] = None) -> None:
         self.calls.append(("apply", (dict(entries), changelog_offset)))
-        self.inner.apply(entries, changelog_offset)
+        self.inner.apply(entries, changelog_offset, input_positions)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         self.calls.append(("delete_range", (start, end)))
@@ -54,6 +55,9 @@ class Recording(BytesStore):
 
     def changelog_offset(self) -> Optional[int]:
         return self.inner.changelog_offset()
+
+    def input_positions(self) -> Optional[bytes]:
+        return self.inner.input_positions()
 
     def approximate_len(self) -> int:
         return self.inner.approximate_len()
