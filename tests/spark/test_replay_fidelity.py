@@ -331,7 +331,7 @@ def test_kafka_input_matches_the_driver(spark, tmp_path):
     from streamkit.spark import KafkaTopic
     from streamkit.transport.factory import open_transport
 
-    from ..kafka.broker import ENV_VAR, external_broker, start_tansu, unique_name
+    from ..kafka.broker import ENV_VAR, KEEP_RECORDS, external_broker, start_tansu, unique_name
 
     external = os.environ.get(ENV_VAR, "").strip()
     kafka = external_broker(external) if external else start_tansu(log_path=tmp_path / "tansu.log")
@@ -343,7 +343,7 @@ def test_kafka_input_matches_the_driver(spark, tmp_path):
         records = random_records(9, 200, topic=topic)
         transport = open_transport(kafka.url)
         try:
-            transport.admin.create_topic(topic, 2, exist_ok=True)
+            transport.admin.create_topic(topic, 2, dict(KEEP_RECORDS), exist_ok=True)  # old timestamps kept
             spec = app.build().topics[topic]
             batches: Dict[int, list] = {}
             for _t, key, value, ts in records:
