@@ -4,9 +4,10 @@
 >>> app = sk.App("hello")
 >>> views = app.topic("views", value_serde=sk.serdes.Json(), partitions=3)
 """
-from . import serdes, sinks, sources, spark, stores
+from . import serdes, sinks, sources, stores
 from .app import App
 from .dsl import BranchedStream, GroupedStream, GroupedTable, Stream, StreamsBuilder, Table
+from .dsl.global_table import GlobalTable
 from .errors import (ConfigError, RecordError, SerializationError, SinkError, StreamkitError, TopologyError,
                      TransientSinkError, UserFunctionError)
 from .processor import ProcessorContext, Punctuation
@@ -25,3 +26,15 @@ __all__ = [
     "SinkError", "TransientSinkError",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # ``sk.spark`` (Spark replay) loads on first use: ``import streamkit`` pulls in no
+    # runtime, RocksDB, Kafka client, pyarrow or pyspark.
+    if name == "spark":
+        import importlib
+
+        module = importlib.import_module(".spark", __name__)
+        globals()["spark"] = module
+        return module
+    raise AttributeError(f"module 'streamkit' has no attribute {name!r}")

@@ -26,9 +26,8 @@ from .dsl import StreamsBuilder
 from .dsl.draft import TopologyDraft
 from .errors import ConfigError, TopologyError
 from .processor import ProcessorContext, ProcessorDefinition, define_processor
-from .runtime.error_policy import check_handler
+from .core.settings import GUARANTEES, check_handler, check_store_backend
 from .serdes import Json, Serde, String
-from .state.task_stores import BACKENDS
 from .stores import StoreSpec
 from .topics import TopicSpec
 from .topology import Topology
@@ -37,7 +36,6 @@ from .topology.passes import build_topology
 __all__ = ["App"]
 
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-GUARANTEES = ("at_least_once", "exactly_once")
 
 
 class App:
@@ -93,8 +91,7 @@ class App:
         if commit_interval is not None and (not isinstance(commit_interval, timedelta)
                                             or commit_interval <= timedelta(0)):
             raise ConfigError(f"commit_interval must be a positive timedelta, got {commit_interval!r}")
-        if store_backend not in BACKENDS:
-            raise ConfigError(f"store_backend={store_backend!r}: use one of {', '.join(BACKENDS)}")
+        check_store_backend(store_backend)
         if not isinstance(cache_max_bytes, int) or cache_max_bytes < 0:
             raise ConfigError(f"cache_max_bytes must be a non-negative int, got {cache_max_bytes!r}")
         if close_idle_windows_after is not None and (not isinstance(close_idle_windows_after, timedelta)

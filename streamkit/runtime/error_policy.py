@@ -13,23 +13,16 @@ import traceback
 from typing import Callable, Optional
 
 from ..errors import ConfigError, RecordError, SuppressionBufferFullError, TopologyError, UserFunctionError
+from ..core.settings import check_handler
 from ..transport.base import RawRecord
 from .collector import RecordCollector
 from .metrics import TaskMetrics
 
 log = logging.getLogger("streamkit.errors")
 
-HANDLERS = ("fail", "log_and_skip", "dead_letter")
-
 DLQ_HEADERS = ("streamkit.error.stage", "streamkit.error.topic", "streamkit.error.partition",
                "streamkit.error.offset", "streamkit.error.node", "streamkit.error.class",
                "streamkit.error.message")
-
-
-def check_handler(name: str, setting: str) -> str:
-    if name not in HANDLERS:
-        raise ConfigError(f"{setting}={name!r} is not a handler: use one of {', '.join(HANDLERS)}")
-    return name
 
 
 class ErrorPolicy:

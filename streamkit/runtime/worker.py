@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Dict, FrozenSet, List, Optional
 
-from ..app import GUARANTEES, App
+from ..core.settings import GUARANTEES
 from ..errors import ConfigError, RebalanceInProgressError, StreamkitError, TaskMigratedError
 from ..faults import crash_point
 from ..state.directory import StateDirectory, claim_state_directory
@@ -28,6 +28,7 @@ from ..topology.passes import tasks_of
 from ..transport.base import (Consumer, GroupPlan, Membership, Producer, TaskAssignment, TopicPartition,
                               Transport)
 from ..transport.factory import open_transport
+from .app_definition import AppDefinition
 from .assembly import TaskSettings, create_task
 from .collector import RecordCollector
 from .external_sources import with_external_sources
@@ -59,7 +60,7 @@ MAX_COMMIT_NOTE = 4000  # characters of offset metadata (Kafka's offset.metadata
 class Worker:
     """Runs an app's tasks on a transport until stopped, idle, or failed."""
 
-    def __init__(self, app: App, transport: Transport, *, until_idle: Optional[float] = None,
+    def __init__(self, app: AppDefinition, transport: Transport, *, until_idle: Optional[float] = None,
                  guarantee: Optional[str] = None, state_dir: Optional[str] = None,
                  standby_replicas: Optional[int] = None) -> None:
         self.app = app
@@ -799,7 +800,7 @@ def tune_gc_for_streaming() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-def run_worker(app: App, *, broker: str, until_idle: Optional[float] = None, guarantee: Optional[str] = None,
+def run_worker(app: AppDefinition, *, broker: str, until_idle: Optional[float] = None, guarantee: Optional[str] = None,
                state_dir: Optional[str] = None, config_file: Optional[str] = None,
                standby_replicas: Optional[int] = None) -> TaskMetrics:
     """Run a worker in this process until SIGINT/SIGTERM, ``until_idle``, or an error."""

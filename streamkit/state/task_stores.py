@@ -7,12 +7,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from ..core.settings import STORE_BACKENDS
 from ..serdes import Json
 from ..stores import WINDOWED_KINDS, StoreSpec
 from ..transport.base import OutgoingRecord, TopicPartition
 from .bytes_store import BytesStore
 from .memory import InMemoryBytesStore
-from .rocksdb import RocksDBBytesStore
 from .segmented import SegmentedBytesStore
 from .serialized import SerializedKeyValueStore
 from .session_store import SessionStore, session_time_of
@@ -23,7 +23,6 @@ from .write_buffer import WriteBuffer
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("rocksdb", "memory")
 TIME_TRACKING_KINDS = ("window", "session", "suppression")
 """Stores that record their task's stream time (a restart must not reopen closed windows)."""
 
@@ -159,8 +158,10 @@ def open_bytes_store(backend: str, path: Optional[str]) -> Tuple[BytesStore, Opt
         return InMemoryBytesStore(), None
     if backend == "rocksdb":
         assert path is not None
+        from .rocksdb import RocksDBBytesStore  # rocksdict loads when a RocksDB store opens, not on import
+
         return RocksDBBytesStore.open_or_rebuild(path)
-    raise ValueError(f"unknown store backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    raise ValueError(f"unknown store backend {backend!r}: use one of {', '.join(STORE_BACKENDS)}")
 
 
 def open_task_stores(specs: Iterable[StoreSpec], *, app_id: str, task_id: str, partition: int,
