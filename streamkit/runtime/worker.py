@@ -20,8 +20,7 @@ import uuid
 from typing import Dict, FrozenSet, List, Optional
 
 from ..core.settings import GUARANTEES
-from ..errors import ConfigError, RebalanceInProgressError, StreamkitError, TaskMigratedError
-from ..faults import crash_point
+from ..errors import ConfigError, StreamkitError, TaskMigratedError
 from ..state.directory import StateDirectory, claim_state_directory
 from ..state.restore import restore_task_stores
 from ..topology.passes import tasks_of
@@ -30,6 +29,7 @@ from ..transport.base import (Consumer, GroupPlan, Membership, Producer, TaskAss
 from ..transport.factory import open_transport
 from .app_definition import AppDefinition
 from .assembly import TaskSettings, create_task
+from .commit import PURGE_INTERVAL, SHARED, CommitSteps
 from .collector import RecordCollector
 from .external_sources import with_external_sources
 from .global_tables import GlobalTables
@@ -47,17 +47,14 @@ log = logging.getLogger(__name__)
 
 FETCH_WAIT = 0.1  # s: longest a fetch waits for records
 PROGRESS_INTERVAL = 30.0  # s between progress log lines
-SHARED = ""  # producer key of the worker-wide producer
 SLICE = 1000  # records processed between looks at the clock
 MAX_BLOCKING = 0.05  # s of processing before the event loop gets a turn
 FINAL_COMMIT_WAIT = 30.0  # s a stopping worker waits for a rebalance to take its offsets
 TOPIC_CHECK_INTERVAL = 5.0  # s between checks that the app's topics still exist as planned
 MARKER_INTERVAL = 0.1  # s between progress markers of a task whose progress changed (see .progress)
-PURGE_INTERVAL = 30.0  # s between deletions of repartition records below the committed offsets
-MAX_COMMIT_NOTE = 4000  # characters of offset metadata (Kafka's offset.metadata.max.bytes: 4096)
 
 
-class Worker:
+class Worker(CommitSteps):
     """Runs an app's tasks on a transport until stopped, idle, or failed."""
 
     def __init__(self, app: AppDefinition, transport: Transport, *, until_idle: Optional[float] = None,
@@ -536,163 +533,6 @@ class Worker:
                     await producer.aclose()
                 except Exception as exc:  # noqa: BLE001 - its task is gone; the next owner fenced it
                     log.warning("closing the producer of a closed task failed: %s", exc)
-
-    async def _commit(self) -> None:
-        """Commit every task. Under exactly_once, a crash at any point is safe:
-
-        1. Record each task's stream time in its windowed stores; flush the record caches:
-           forward each key's latest value downstream.
-        2. Write one changelog record per key each store changed since the last commit.
-        3. Deliver what tasks wrote to external sinks (each sink makes it durable with
-           its own record of the input offsets, see ``streamkit.sinks``), then send all
-           buffered output and changelog records (inside the transaction).
-        4. exactly_once: commit the transaction with the tasks' input offsets: outputs,
-           changelogs and offsets become visible together (one transaction per worker
-           on the embedded log, one per task on Kafka). A crash before this point
-           aborts it all and the stores were never touched. at_least_once: make the
-           outputs durable, then commit the input offsets.
-        5. Apply each store's buffered writes to RocksDB in one batch with the changelog
-           offset it now reflects. A crash before this leaves RocksDB one commit behind
-           its changelog, and restore replays just that tail.
-
-        A task found to belong to another worker now (fenced producer, failed group
-        commit) is closed dirty instead: nothing of it is committed or persisted.
-        """
-        assert self._consumer is not None
-        self._commit_deferred = False
-        # Step 1 (progress markers after the flushed records: they announce what follows them).
-        for task in self.tasks.values():
-            task.prepare_commit()
-        own = self._task_of_partition
-        self._wrote_own_input = any(TopicPartition(topic, partition) in own for task in self.tasks.values()
-                                    for topic, partition in task.collector.pending())
-        self._send_markers()
-        # Step 2.
-        for task in self.tasks.values():
-            # Stamped with the wall clock, not stream time: window changelogs are also deleted
-            # by time, and event times far in the past (a backfill) must not expire them at once.
-            for topic, partition, records in task.store_set.changelog_batches(int(time.time() * 1000)):
-                task.collector.send_batch(topic, partition, records)
-        # Step 3 (sinks first: a sink that finds its task moved closes it before its
-        # outputs enter a transaction shared with other tasks).
-        await self._commit_sinks()
-        crash_point("commit.before_send")
-        await self._send_outputs()
-        crash_point("commit.after_send")
-        # Steps 4 and 5, one task at a time: a failure of one task's commit never rolls
-        # back the state of a task committed before it (see _commit_tasks_one_by_one).
-        if self._per_task_producers:
-            await self._commit_tasks_one_by_one()
-        else:
-            offsets, notes = {}, {}
-            for tid, task in self.tasks.items():
-                offsets.update(task.positions)
-                notes.update(self._commit_notes(tid))
-            shared = self._producers[SHARED]
-            self._changelog_ends.update(await shared.delivered())
-            if self.exactly_once:
-                await shared.commit_transaction(self.app.id, offsets, notes)
-            else:
-                await shared.flush()
-                try:
-                    await self._consumer.commit(offsets, notes)
-                except RebalanceInProgressError as exc:
-                    log.debug("%s", exc)  # the revocation's commit carries these offsets
-                    self._commit_deferred = True
-                except TaskMigratedError as exc:
-                    log.warning("%s", exc)
-                    for tid in list(self.tasks):
-                        self._close_task(tid, dirty=True)
-                except StreamkitError:
-                    self._check_topics()  # a deleted topic is the likeliest cause: say so precisely
-                    raise
-            crash_point("commit.after_transaction")
-            # Step 5.
-            ends, self._changelog_ends = self._changelog_ends, {}
-            for task in self.tasks.values():
-                task.persist(ends)
-            crash_point("commit.after_persist")
-            if self.exactly_once:
-                await self._producers[SHARED].begin_transaction()
-        if time.monotonic() >= self._next_purge and not self._commit_deferred:
-            await self._purge_repartition_topics()
-            self._next_purge = time.monotonic() + PURGE_INTERVAL
-        self._note_too_long_logged = False
-
-    async def _commit_tasks_one_by_one(self) -> None:
-        """Per-task transactions (Kafka): each task's transaction commits, then its stores
-        persist, then its next transaction begins, before the next task commits. A task
-        whose producer was fenced (it moved, or its transaction ran past its timeout) is
-        closed dirty and handed back to the group; any other failure stops the worker
-        with every task before it committed and persisted, and none after it."""
-        for tid, task in list(self.tasks.items()):
-            producer = self._producers[tid]
-            try:
-                self._changelog_ends.update(await producer.delivered())
-                await producer.commit_transaction(self.app.id, task.positions, self._commit_notes(tid))
-            except TaskMigratedError as exc:
-                log.warning("task %s: %s", tid, exc)
-                self._close_task(tid, dirty=True)
-                continue
-            crash_point("commit.after_transaction")
-            task.persist(self._changelog_ends)
-            crash_point("commit.after_persist")
-            try:
-                await producer.begin_transaction()
-            except TaskMigratedError as exc:
-                log.warning("task %s: %s", tid, exc)
-                self._close_task(tid, dirty=True)
-            crash_point("commit.between_tasks")
-        self._changelog_ends = {}
-
-    async def _purge_repartition_topics(self) -> None:
-        """Delete repartition records below the committed offsets (each repartition
-        partition has one reader, this app's task): the topics keep everything until
-        read (``retention.ms=-1``), and no longer."""
-        repartition = set(self.topology.repartition_topics)
-        below = {tp: offset for task in self.tasks.values() for tp, offset in task.positions.items()
-                 if tp.topic in repartition}
-        if not below:
-            return
-        try:
-            await asyncio.to_thread(self.transport.admin.delete_records, below)
-        except Exception as exc:  # noqa: BLE001 - purging saves space; reading never depends on it
-            log.warning("could not delete processed repartition records (%s); retrying in %.0f s",
-                        exc, PURGE_INTERVAL)
-
-    def _commit_notes(self, tid: str) -> Dict[TopicPartition, str]:
-        """The metadata committed with each input offset of ``tid`` (see CommitNote)."""
-        task = self.tasks[tid]
-        cursors = self._inputs[tid].cursors(task.positions)
-        notes = {}
-        for tp, position in task.positions.items():
-            text = CommitNote(task.stream_time, cursors.get(tp, {})).encode(position)
-            if len(text) > MAX_COMMIT_NOTE:
-                # Kafka would refuse the commit: keep the stream time; a restart from this
-                # commit may then process again records of writers that ran ahead.
-                if not self._note_too_long_logged:
-                    log.warning("%s[%d]: the per-writer cursor (%d writers) is longer than Kafka's offset "
-                                "metadata allows; committing without it (after a crash, up to a commit "
-                                "interval of records may be processed twice)", tp.topic, tp.partition,
-                                len(cursors.get(tp, {})))
-                    self._note_too_long_logged = True
-                text = CommitNote(task.stream_time).encode(position)
-            notes[tp] = text
-        return notes
-
-    async def _commit_sinks(self) -> None:
-        """Deliver each task's external-sink records (blocking I/O, run in a thread). A sink
-        that finds its task moved to another worker closes the task dirty; any other
-        failure stops the worker before offsets are committed past undelivered records."""
-        for tid, task in list(self.tasks.items()):
-            if not task.sinks:
-                continue
-            try:
-                await asyncio.to_thread(task.commit_sinks)
-            except TaskMigratedError as exc:
-                log.warning("task %s: %s", tid, exc)
-                self._close_task(tid, dirty=True)
-        crash_point("commit.after_sinks")
 
     async def _final_commit(self) -> None:
         """Commit before stopping. If the group is rebalancing and refuses the offsets,
