@@ -109,3 +109,45 @@ def test_the_public_names_resolve() -> None:
     exec("from streamkit import *", namespace)
     assert set(streamkit.__all__) <= set(namespace)
     assert streamkit.spark.replay is not None  # loads on first use
+
+
+def _module_level_imports(module: str, path: Path, known: Set[str]) -> Set[str]:
+    """The streamkit modules ``module`` imports when it is imported (module scope; not
+    inside functions, nor under ``if TYPE_CHECKING``)."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: Set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for statement in (node.body if isinstance(node, ast.If) else [node]):
+            if isinstance(statement, ast.ImportFrom):
+                target = (".".join(package[:len(package) - statement.level + 1]
+                                   + ([statement.module] if statement.module else []))
+                          if statement.level else statement.module or "")
+                found.update(f"{target}.{a.name}" for a in statement.names if f"{target}.{a.name}" in known)
+                if target in known:
+                    found.add(target)
+            elif isinstance(statement, ast.Import):
+                found.update(a.name for a in statement.names if a.name in known)
+    return found
+
+
+def test_no_module_level_import_cycle() -> None:
+    """No module needs, while it is being imported, a module that needs it back (the
+    compiler imports the operators, never the reverse)."""
+    paths = {(module[:-len(".__init__")] if module.endswith(".__init__") else module): path
+             for module, path in _modules()}
+    graph = {module: _module_level_imports(module, path, set(paths)) - {module} for module, path in paths.items()}
+    state: Dict[str, int] = {}
+
+    def visit(node: str, trail: Tuple[str, ...]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            assert state.get(nxt) != 1, f"import cycle: {' -> '.join(trail + (node, nxt))}"
+            if nxt not in state:
+                visit(nxt, trail + (node,))
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, ())

@@ -29,7 +29,7 @@ import pickle
 from typing import Any, Iterator, List, Optional, Tuple
 
 from ..runtime.collector import RecordCollector
-from ..runtime.late_records import LATE_HEADERS
+from ..runtime.operators.late_records import LATE_HEADERS
 from ..runtime.compiler import compile_nodes
 from ..serdes import Bytes, Float, Int, Json, String
 from ..topology import Topology

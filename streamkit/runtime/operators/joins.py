@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Tuple
 
-from ..errors import StreamkitError
-from ..topology import nodes as ir
-from .compiler import CompileEnv, Downstream, user_error
+from ...errors import StreamkitError
+from ...topology import nodes as ir
+from .base import CompileEnv, Downstream, user_error
 
 
 def table_reader(name: str, store: Any, steps: Tuple[Tuple[str, Callable[..., Any], bool], ...]

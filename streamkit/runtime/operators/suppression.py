@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from ..errors import SuppressionBufferFullError
-from ..topology import nodes as ir
-from .compiler import CompileEnv, Downstream, user_error
+from ...errors import SuppressionBufferFullError
+from ...topology import nodes as ir
+from .base import CompileEnv, Downstream, user_error
 
 
 def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: CompileEnv) -> Downstream:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import struct
 from typing import Any, List, Tuple
 
-from ..state.value_list import ValueListSerde
-from ..topology import nodes as ir
-from .compiler import CompileEnv, Downstream, user_error
+from ...state.value_list import ValueListSerde
+from ...topology import nodes as ir
+from .base import CompileEnv, Downstream, user_error
 from .late_records import LateRecords
 
 _TIME = struct.Struct(">Q")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Tuple
 
-from ..topology import nodes as ir
-from ..windowing import Windowed
-from .compiler import CompileEnv, Downstream, user_error
+from ...topology import nodes as ir
+from ...windowing import Windowed
+from .base import CompileEnv, Downstream, user_error
 from .late_records import LateRecords
 
 Step = Callable[[Any, Any, Any], Any]
@@ -64,7 +64,7 @@ def _serialize_key(store: Any, name: str) -> Callable[[Any], bytes]:
 
 
 def compile_windowed_aggregate(node: ir.WindowedAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
-    from ..windowing import SlidingWindows
+    from ...windowing import SlidingWindows
     if isinstance(node.windows, SlidingWindows):
         return _compile_sliding(node, downstream, env)
     return _compile_fixed(node, downstream, env)

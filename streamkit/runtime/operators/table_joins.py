@@ -26,9 +26,9 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable, Optional, Tuple
 
-from ..topology import nodes as ir
-from ..topology.fk_serdes import ANSWER_NONE, SUBSCRIBE, UNSUBSCRIBE, Response, Subscription, value_hash
-from .compiler import CompileEnv, Downstream, user_error
+from ...topology import nodes as ir
+from ...topology.fk_serdes import ANSWER_NONE, SUBSCRIBE, UNSUBSCRIBE, Response, Subscription, value_hash
+from .base import CompileEnv, Downstream, user_error
 from .joins import apply_view, table_reader
 
 _LENGTH = struct.Struct(">I")

@@ -1,0 +1,223 @@
+"""Compiled stateless operators: source, filter, map(s), flat maps, select_key, peek,
+split/branch/merge, sinks (topics and external) and the Processor API node."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import SerializationError, StreamkitError, TopologyError, UserFunctionError
+from ...sinks.base import SinkRecord
+from ...topology import nodes as ir
+from ...transport.partitioner import cached_key_hash, partition_for_key
+from ..context import NodeProcessorContext
+from ..progress import merged_topics, parse_ids, with_writer_header, writer_rank
+from .base import CompileEnv, Downstream, noop, user_error
+
+_user_error = user_error
+
+
+def compile_source(node: ir.SourceNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    return downstream  # deserialization and timestamps are handled by the task's source loop
+
+
+def compile_filter(node: ir.FilterNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    predicate, name, negate = node.predicate, node.name, node.negate
+
+    def filter_(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            keep = predicate(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        if keep if not negate else not keep:
+            downstream(key, value, timestamp)
+    return filter_
+
+
+def compile_map(node: ir.MapNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    mapper, name = node.mapper, node.name
+
+    def map_(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            new_key, new_value = mapper(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        downstream(new_key, new_value, timestamp)
+    return map_
+
+
+def compile_map_values(node: ir.MapValuesNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    mapper, name = node.mapper, node.name
+
+    def map_values(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            new_value = mapper(value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        downstream(key, new_value, timestamp)
+    return map_values
+
+
+def compile_flat_map(node: ir.FlatMapNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    mapper, name = node.mapper, node.name
+
+    def flat_map(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            pairs = list(mapper(key, value) or ())
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        for pair in pairs:
+            try:
+                new_key, new_value = pair
+            except (TypeError, ValueError) as exc:
+                raise _user_error(name, TypeError(
+                    f"flat_map must yield (key, value) pairs, got {pair!r}")) from exc
+            downstream(new_key, new_value, timestamp)
+    return flat_map
+
+
+def compile_flat_map_values(node: ir.FlatMapValuesNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    mapper, name = node.mapper, node.name
+
+    def flat_map_values(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            values = list(mapper(value) or ())
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        for new_value in values:
+            downstream(key, new_value, timestamp)
+    return flat_map_values
+
+
+def compile_select_key(node: ir.SelectKeyNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    selector, name = node.selector, node.name
+
+    def select_key(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            new_key = selector(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        downstream(new_key, value, timestamp)
+    return select_key
+
+
+def compile_peek(node: ir.PeekNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    action, name = node.action, node.name
+
+    def peek(key: Any, value: Any, timestamp: int) -> None:
+        try:
+            action(key, value)
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+        downstream(key, value, timestamp)
+    return peek
+
+
+def compile_split(node: ir.SplitNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    name = node.name
+    routes = []
+    for index, (branch, predicate) in enumerate(node.branches):
+        target = env.children.get(f"{name}-{branch}", noop)
+        routes.append((predicate, target))
+
+    def split(key: Any, value: Any, timestamp: int) -> None:
+        for predicate, target in routes:
+            try:
+                matched = predicate is None or predicate(key, value)
+            except Exception as exc:
+                raise _user_error(name, exc) from exc
+            if matched:
+                target(key, value, timestamp)
+                return
+    return split
+
+
+def compile_passthrough(node: ir.Node, downstream: Downstream, env: CompileEnv) -> Downstream:
+    return downstream
+
+
+def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    task = env.task
+    topic = node.topic
+    partitions = task.partitions[topic]
+    buffers = task.collector.buffers_for(topic, partitions)
+    key_serialize = node.key_serde.serialize
+    value_serialize = node.value_serde.serialize
+    key_fast = node.key_serde.output_serializer()
+    value_fast = node.value_serde.output_serializer()
+    own_partition = task.partition % partitions
+    name = node.name
+    # A repartition topic's records also carry the writing task and its stream time (see
+    # .progress): the reading task orders its writers by them.
+    rank = writer_rank(*parse_ids(task.task_id)) if topic in merged_topics(env.topology) else None
+
+    def sink(key: Any, value: Any, timestamp: int) -> None:
+        if task.muted:
+            return
+        try:
+            key_bytes = None if key is None else key_fast(key)
+            value_bytes = None if value is None else value_fast(value)
+        except Exception:
+            try:  # the serde's own methods, for the proper error (or a stricter fast path)
+                key_bytes = key_serialize(key)
+                value_bytes = value_serialize(value)
+            except Exception as exc:
+                raise _user_error(name, SerializationError(f"writing to topic '{topic}': {exc}")) from exc
+        if key_bytes is None:
+            partition = own_partition
+        else:
+            cached = cached_key_hash(key_bytes)
+            partition = partition_for_key(key_bytes, partitions) if cached is None else cached % partitions
+        record = task.record
+        headers = None if record is None else record[4]
+        if rank is not None:
+            headers = with_writer_header(headers, rank, task.stream_time)
+        buffers[partition].append((key_bytes, value_bytes, timestamp, headers))
+    return sink
+
+
+def compile_external_sink(node: ir.ExternalSinkNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    task = env.task
+    write = task.sink_writers[node.name].write
+    partition = task.partition
+    name = node.name
+
+    def sink(key: Any, value: Any, timestamp: int) -> None:
+        if task.muted:
+            return
+        record = task.record
+        if record is not None:
+            origin = SinkRecord(key, value, timestamp, task.topic, partition, record[0], record[4])
+        elif task.last_origin is not None:  # a cache flush or punctuation: after the last input record
+            origin = SinkRecord(key, value, timestamp, task.last_origin[0], partition, task.last_origin[1])
+        else:
+            origin = SinkRecord(key, value, timestamp, None, partition, None)
+        try:
+            write(origin)
+        except Exception as exc:  # the record cannot be taken: its error handler decides
+            raise _user_error(name, exc) from exc
+    return sink
+
+
+def compile_process(node: ir.ProcessNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    definition = node.processor
+    fn, name = definition.fn, node.name
+
+    def punctuation_failed(exc: BaseException) -> None:
+        raise _user_error(name, exc) from exc  # type: ignore[arg-type]
+
+    ctx = NodeProcessorContext(env.task, name, node.store_names, dict(env.children), downstream,
+                               punctuation_failed)
+    if definition.init is not None:
+        try:
+            definition.init(ctx)
+        except Exception as exc:
+            raise StreamkitError(f"init of processor '{name}' failed: {type(exc).__name__}: {exc}") from exc
+
+    def process(key: Any, value: Any, timestamp: int) -> None:
+        ctx._timestamp = timestamp
+        try:
+            fn(ctx, key, value)
+        except (UserFunctionError, TopologyError):
+            raise
+        except Exception as exc:
+            raise _user_error(name, exc) from exc
+    return process
