@@ -39,7 +39,7 @@ from .runtime.task import Task
 from .serdes import Serde
 from .stores import KeyValueStore
 from .topology import Topology
-from .transport.base import Headers
+from .core.records import Headers
 
 __all__ = ["TopologyTestDriver", "TestRecord", "TestInputTopic", "TestOutputTopic"]
 

@@ -11,7 +11,7 @@ import click
 import orjson
 
 from ..runtime.progress import is_marker, is_stamped, without_stamp
-from ..transport.base import TopicPartition
+from ..core.records import TopicPartition
 from .common import broker_option, connected, require_topic
 
 

@@ -15,7 +15,7 @@ import orjson
 
 from ..runtime.worker import run_worker
 from ..serdes import Json
-from ..transport.base import TopicPartition
+from ..core.records import TopicPartition
 from ..transport.factory import open_transport
 from ..transport.partitioner import partition_for_key
 from .loading import load_app

@@ -5,7 +5,7 @@ from typing import Optional
 
 import click
 
-from ..transport.base import TopicPartition
+from ..core.records import TopicPartition
 from .common import broker_option, connected, require_topic
 
 

@@ -14,7 +14,7 @@ import click
 import orjson
 
 from ..serdes import Json
-from ..transport.base import OutgoingRecord
+from ..core.records import OutgoingRecord
 from ..transport.partitioner import partition_for_key
 from .common import broker_option, connected, require_topic
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from ..transport.base import Headers, OutgoingRecord
+from ..core.records import Headers, OutgoingRecord
 
 
 class RecordCollector:

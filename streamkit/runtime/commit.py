@@ -15,7 +15,7 @@ from typing import Dict, Tuple
 
 from ..errors import RebalanceInProgressError, StreamkitError, TaskMigratedError
 from ..faults import crash_point
-from ..transport.base import TopicPartition
+from ..core.records import TopicPartition
 from .writer_merge import CommitNote
 
 log = logging.getLogger("streamkit.runtime.worker")  # the worker's log: the commit is part of it

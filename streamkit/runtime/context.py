@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from ..errors import StreamkitError, TopologyError
 from ..processor import Cancellable, ProcessorContext, Punctuation
 from ..stores import KeyValueStore
-from ..transport.base import RawRecord
+from ..core.records import RawRecord
 from .collector import RecordCollector
 from .metrics import TaskMetrics
 from .operator_time import ObservedStreamTime

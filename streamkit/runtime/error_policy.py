@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from ..errors import ConfigError, RecordError, SuppressionBufferFullError, TopologyError, UserFunctionError
 from ..core.settings import check_handler
-from ..transport.base import RawRecord
+from ..core.records import RawRecord
 from .collector import RecordCollector
 from .metrics import TaskMetrics
 

@@ -13,7 +13,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from ..sources.base import PartitionReader, Source
 from ..topology import Topology
 from ..topology.nodes import SourceNode
-from ..transport.base import Consumer, FetchedBatch, TopicPartition
+from ..core.records import TopicPartition
+from ..transport.base import Consumer, FetchedBatch
 
 READ_RECORDS = 5000  # per partition and fetch
 

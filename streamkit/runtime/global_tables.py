@@ -16,7 +16,8 @@ from typing import Dict, Mapping, Optional
 from ..state.global_store import GlobalStore
 from ..state.task_stores import open_bytes_store
 from ..topology import Topology
-from ..transport.base import Admin, Consumer, TopicPartition
+from ..core.records import TopicPartition
+from ..transport.base import Admin, Consumer
 
 log = logging.getLogger(__name__)
 

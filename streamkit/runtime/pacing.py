@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Optional
 
-from ..transport.base import TopicPartition
+from ..core.records import TopicPartition
 from .task_inputs import TaskInputs
 
 PAUSE_AT = 30_000

@@ -22,7 +22,7 @@ from typing import FrozenSet, Iterable, Mapping, Optional, Tuple
 
 from ..topology import Topology
 from ..topology.passes import tasks_of
-from ..transport.base import Headers, OutgoingRecord, RawRecord
+from ..core.records import Headers, OutgoingRecord, RawRecord
 
 WRITER_HEADER = "__sk.w"
 """Last header of a data record: writer rank and writer stream time (>qq)."""

@@ -16,7 +16,7 @@ import heapq
 from operator import itemgetter
 from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
 
-from ..transport.base import OutgoingRecord, RawRecord, TopicPartition
+from ..core.records import OutgoingRecord, RawRecord, TopicPartition
 
 TOLERANCE_MS = 1_000
 """How far a run may go past the other partitions' earliest next record, in event time."""

@@ -8,7 +8,8 @@ from typing import Dict, FrozenSet, Set
 
 from ..state.task_stores import OpenStore, TaskStores, open_task_stores
 from ..topology import Topology
-from ..transport.base import Consumer, TopicPartition
+from ..core.records import TopicPartition
+from ..transport.base import Consumer
 from .assembly import TaskSettings
 from .task import parse_task_id
 

@@ -13,7 +13,7 @@ from ..stores import KeyValueStore
 from ..topology import Topology
 from ..topology.model import SubTopology
 from ..topology.nodes import ExternalSinkNode, SourceNode, SuppressNode, WindowAggregationNode
-from ..transport.base import RawRecord, TopicPartition
+from ..core.records import RawRecord, TopicPartition
 from .collector import RecordCollector
 from .compiler import compile_sub_topology
 from .context import TaskContext

@@ -23,7 +23,7 @@ import heapq
 import logging
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
-from ..transport.base import RawRecord, TopicPartition
+from ..core.records import RawRecord, TopicPartition
 from .writer_merge import WriterMerge
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from ..errors import ConfigError, StreamkitError, TaskMigratedError
 from ..state.directory import StateDirectory, claim_state_directory
 from ..state.restore import restore_task_stores
 from ..topology.passes import tasks_of
-from ..transport.base import (Consumer, GroupPlan, Membership, Producer, TaskAssignment, TopicPartition,
-                              Transport)
+from ..core.records import TopicPartition
+from ..transport.base import Consumer, GroupPlan, Membership, Producer, TaskAssignment, Transport
 from ..transport.factory import open_transport
 from .app_definition import AppDefinition
 from .assembly import TaskSettings, create_task

@@ -28,7 +28,7 @@ import heapq
 from collections import deque
 from typing import Deque, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
-from ..transport.base import RawRecord
+from ..core.records import RawRecord
 from .progress import RECORD_STAMP, WRITER_HEADER, read_stamp, writer_name, writer_rank
 
 UNSTAMPED = -1

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import SinkError, TaskMigratedError, TransientSinkError
-from ..transport.base import Headers, TopicPartition
+from ..core.records import Headers, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import orjson
 
 from ..errors import ConfigError, SerializationError, TaskMigratedError
-from ..transport.base import TopicPartition
+from ..core.records import TopicPartition
 from ..windowing import Windowed
 from .base import Positions, Sink, SinkRecord, SinkTask, SinkWriter
 from .sql_dialects import Dialect, columns_sql, create_if_missing, dialect_for, placeholders, quote

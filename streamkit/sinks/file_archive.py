@@ -34,7 +34,7 @@ import orjson
 
 from ..errors import ConfigError, SerializationError, SinkError
 from ..serdes import compact_json
-from ..transport.base import TopicPartition
+from ..core.records import TopicPartition
 from .base import Positions, Sink, SinkRecord, SinkTask, SinkWriter
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Iterator, List, Optional
 
-from ..transport.base import RawRecord
+from ..core.records import RawRecord
 
 
 class PartitionReader(abc.ABC):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 import orjson
 
 from ..errors import ConfigError, StreamkitError
-from ..transport.base import RawRecord
+from ..core.records import RawRecord
 from .base import FileSequenceReader, PartitionReader, Source
 
 FieldOrFunction = Union[str, Callable[[Any], Any], None]

@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from ..serdes import compact_json
 from ..sinks.file_archive import ArchiveFile, list_archive
 from ..sinks.parquet_archive import META_COLUMNS
-from ..transport.base import RawRecord
+from ..core.records import RawRecord
 from .base import FileSequenceReader, PartitionReader, Source
 
 ArchivedRecord = Tuple[int, int, Optional[bytes], Optional[bytes]]

@@ -24,7 +24,7 @@ from ..serdes import Json, Serde
 from ..sources.base import Source
 from ..sources.files import Files
 from ..sources.parquet_archive import ParquetArchive
-from ..transport.base import RawRecord
+from ..core.records import RawRecord
 
 READ_BATCH = 5000
 

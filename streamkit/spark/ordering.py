@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Tuple
 
-from ..transport.base import RawRecord
+from ..core.records import RawRecord
 
 
 SENDER_RANK = 1 << 20

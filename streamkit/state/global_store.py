@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from ..errors import RecordError
 from ..serdes import Serde
-from ..transport.base import RawRecord
+from ..core.records import RawRecord
 from .bytes_store import BytesStore
 
 _DATA, _OFFSET = b"d", b"o"

@@ -14,7 +14,8 @@ import time
 from typing import Dict, List, Optional
 
 from ..faults import crash_point
-from ..transport.base import Admin, Consumer, TopicPartition
+from ..core.records import TopicPartition
+from ..transport.base import Admin, Consumer
 from .task_stores import OpenStore, TaskStores
 
 log = logging.getLogger(__name__)

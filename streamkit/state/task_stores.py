@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from ..core.settings import STORE_BACKENDS
 from ..serdes import Json
 from ..stores import WINDOWED_KINDS, StoreSpec
-from ..transport.base import OutgoingRecord, TopicPartition
+from ..core.records import OutgoingRecord, TopicPartition
 from .bytes_store import BytesStore
 from .memory import InMemoryBytesStore
 from .segmented import SegmentedBytesStore

@@ -5,11 +5,8 @@ batches, hands output records to a producer that buffers them, and commits input
 offsets through the transport. Records stay bytes here: serdes are applied by the
 runtime.
 
-A raw record is a plain tuple, for speed on the hot path::
-
-    (offset, timestamp_ms, key_bytes_or_None, value_bytes_or_None, headers_or_None)
-
-where headers is ``None`` or a tuple of ``(name: str, value: bytes)`` pairs.
+Records and topic-partitions are defined in :mod:`streamkit.core.records` (every
+layer uses them) and re-exported here.
 """
 from __future__ import annotations
 
@@ -17,17 +14,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Callable, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-Headers = Optional[Tuple[Tuple[str, bytes], ...]]
-RawRecord = Tuple[int, int, Optional[bytes], Optional[bytes], Headers]
-"""(offset, timestamp_ms, key, value, headers)."""
-
-OutgoingRecord = Tuple[Optional[bytes], Optional[bytes], int, Headers]
-"""(key, value, timestamp_ms, headers): a record to append, before it has an offset."""
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
+from ..core.records import Headers, OutgoingRecord, RawRecord, TopicPartition  # noqa: F401 (the interface's types)
 
 
 @dataclass(frozen=True)
