@@ -16,8 +16,8 @@ PACKAGE = Path(streamkit.__file__).parent
 LAYERS: Dict[str, int] = {
     # 0: depends on nothing of streamkit (but errors)
     "errors": 0, "core": 0, "faults": 0,
-    # 1: values on the wire and the broker interface
-    "serdes": 1, "transport": 1,
+    # 1: values on the wire, the broker interface, the embedded broker
+    "serdes": 1, "transport": 1, "broker": 1,
     # 2: time and declarations
     "windowing": 2, "stores": 2, "topics": 2,
     # 3: the IR, state, connectors, the Processor API's interfaces

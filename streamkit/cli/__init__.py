@@ -24,7 +24,7 @@ class _Cli(click.Group):
     """Turns expected errors into one ``Error: ...`` line and exit code 1, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from ..transport.embedded import EmbeddedBrokerError
+        from ..broker import EmbeddedBrokerError
 
         try:
             return super().invoke(ctx)

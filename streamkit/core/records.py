@@ -8,7 +8,8 @@ where headers is ``None`` or a tuple of ``(name: str, value: bytes)`` pairs.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple, Optional, Tuple
 
 Headers = Optional[Tuple[Tuple[str, bytes], ...]]
 RawRecord = Tuple[int, int, Optional[bytes], Optional[bytes], Headers]
@@ -21,3 +22,20 @@ OutgoingRecord = Tuple[Optional[bytes], Optional[bytes], int, Headers]
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    """A topic as the broker knows it."""
+
+    name: str
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """The first offset still stored and the offset the next append will get."""
+
+    start: int
+    end: int

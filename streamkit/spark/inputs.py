@@ -54,7 +54,7 @@ class EmbeddedTopic(ReplayInput):
     topic: str
 
     def _broker(self) -> Any:
-        from ..transport.embedded.broker import EmbeddedBroker
+        from ..broker import EmbeddedBroker
 
         if not os.path.isdir(os.path.join(self.directory, "topics")):
             raise ConfigError(f"{self.directory} is not an embedded broker directory (it has no topics/ folder)")

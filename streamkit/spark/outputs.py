@@ -147,7 +147,7 @@ def _write_store(spark: Any, rows: Any, path: str) -> None:
 def write_embedded_topic(job: ReplayJob, rows: Any, directory: str, topic: str) -> str:
     """Append ``rows`` to ``topic`` of the embedded broker in ``directory``, each
     partition in its live order (one Spark task per partition)."""
-    from ..transport.embedded.broker import EmbeddedBroker
+    from ..broker import EmbeddedBroker
 
     partitions = job.partitions[topic]
     with EmbeddedBroker(directory) as broker:

@@ -14,24 +14,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Callable, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from ..core.records import Headers, OutgoingRecord, RawRecord, TopicPartition  # noqa: F401 (the interface's types)
-
-
-@dataclass(frozen=True)
-class TopicMetadata:
-    """A topic as the broker knows it."""
-
-    name: str
-    partitions: int
-    config: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PartitionOffsets:
-    """The first offset still stored and the offset the next append will get."""
-
-    start: int
-    end: int
+from ..core.records import (Headers, OutgoingRecord, PartitionOffsets, RawRecord,  # noqa: F401 (re-exported)
+                            TopicMetadata, TopicPartition)
 
 
 class FetchedBatch(NamedTuple):

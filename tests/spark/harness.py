@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from streamkit.serdes import Bytes
 from streamkit.testing import TopologyTestDriver
-from streamkit.transport.embedded.broker import EmbeddedBroker
+from streamkit.broker.broker import EmbeddedBroker
 
 Record = Tuple[Any, Any, int]
 Outputs = Dict[str, List[Record]]

@@ -27,7 +27,7 @@ import pytest
 import streamkit as sk
 from streamkit.runtime.progress import strip_markers
 from streamkit.spark import ReplayRefusedError
-from streamkit.transport.embedded.broker import EmbeddedBroker
+from streamkit.broker.broker import EmbeddedBroker
 
 from .harness import per_key, replay_outputs, worker_outputs, write_inputs
 

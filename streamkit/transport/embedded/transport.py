@@ -5,11 +5,13 @@ import asyncio
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..base import (Consumer, FetchedBatch, GroupPlan, Membership, OutgoingRecord, Producer, TaskAssignment,
+from ..base import (Admin, Consumer, FetchedBatch, GroupPlan, Membership, OutgoingRecord, Producer, TaskAssignment,
                     TopicPartition, Transport)
 from ...errors import TaskMigratedError
-from .broker import EmbeddedBroker
-from .errors import ProducerFencedError
+from ...broker.broker import EmbeddedBroker
+from ...broker.errors import ProducerFencedError
+
+Admin.register(EmbeddedBroker)  # the broker implements the Admin interface without importing it
 
 MAX_RECORDS_PER_FETCH = 10_000
 _IDLE_SLEEP = 0.01  # s between looks at the log when nothing is there

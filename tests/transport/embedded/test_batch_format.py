@@ -3,7 +3,7 @@ import zlib
 
 import pytest
 
-from streamkit.transport.embedded.batch_format import (
+from streamkit.broker.batch_format import (
     FLAG_HAS_HEADERS, FLAG_NULL_KEYS, FLAG_NULL_VALUES, HEADER, HEADER_SIZE, MAGIC, decode_records,
     encode_batch, rebase_batch)
 
@@ -104,7 +104,7 @@ def test_empty_batch_is_rejected():
 # ---------------------------------------------------------------- compacted batches, markers
 
 def test_a_compacted_batch_keeps_offsets_with_gaps_and_covers_its_span():
-    from streamkit.transport.embedded.batch_format import (
+    from streamkit.broker.batch_format import (
         FLAG_COMPACTED, batch_span, delete_horizon, header_is_valid)
     records = [(b"a", b"1", 5, None), (b"b", None, 6, (("h", b"x"),)), (None, b"3", 7, None)]
     batch = encode_batch(records, 100, offsets=[100, 104, 109], span=20, horizon=12345)
@@ -126,7 +126,7 @@ def test_a_compacted_batch_keeps_offsets_with_gaps_and_covers_its_span():
 
 
 def test_markers_are_control_batches_of_their_transaction():
-    from streamkit.transport.embedded.batch_format import (
+    from streamkit.broker.batch_format import (
         FLAG_CONTROL, FLAG_TRANSACTIONAL, encode_marker, marker_is_commit)
     for commit in (True, False):
         marker = encode_marker(1 << 33 | 7, commit, 42, 99)

@@ -12,7 +12,7 @@ from streamkit.runtime.metrics import TaskMetrics
 from streamkit.runtime.topics_setup import prepare_topics
 from streamkit.transport.base import PartitionOffsets, TopicPartition
 from streamkit.transport.embedded import EmbeddedBroker
-from streamkit.transport.embedded.errors import UnknownPartitionError, UnknownTopicError
+from streamkit.broker.errors import UnknownPartitionError, UnknownTopicError
 from streamkit.transport.embedded.transport import EmbeddedConsumer
 from tests.transport.embedded.test_housekeeping import fill, partition_dir, read_all, segments
 

@@ -8,8 +8,8 @@ import pytest
 
 from streamkit.transport.base import PartitionOffsets
 from streamkit.transport.embedded import CorruptLogError, EmbeddedBroker
-from streamkit.transport.embedded.batch_format import HEADER, encode_batch
-from streamkit.transport.embedded.partition_log import MAX_BATCH_BYTES
+from streamkit.broker.batch_format import HEADER, encode_batch
+from streamkit.broker.partition_log import MAX_BATCH_BYTES
 
 
 def records(n, start=0, size=20):

@@ -12,7 +12,7 @@ import pytest
 from streamkit.transport.base import TopicPartition as TP
 from streamkit.transport.embedded import (
     EmbeddedBroker, ProducerFencedError, TransactionStateError)
-from streamkit.transport.embedded.transactions import read_transaction_record
+from streamkit.broker.transactions import read_transaction_record
 from tests.transport.embedded.subprocesses import (
     TIMEOUT, finish, run_json, spawn, wait_for_line)
 
@@ -242,7 +242,7 @@ def test_a_zombie_fenced_after_its_commit_point_is_rolled_forward_not_aborted(br
         import sys, time
         from streamkit.transport.base import TopicPartition
         from streamkit.transport.embedded import EmbeddedBroker, PartitionReader
-        from streamkit.transport.embedded.partition_log import PartitionLog
+        from streamkit.broker.partition_log import PartitionLog
         PartitionLog.append_marker = lambda *a, **k: (print("at markers", flush=True),
                                                       time.sleep(60))
         b = EmbeddedBroker(sys.argv[1])
@@ -299,9 +299,9 @@ CRASHER = """
     import os, signal, sys
     from streamkit.transport.base import TopicPartition as TP
     from streamkit.transport.embedded import EmbeddedBroker
-    from streamkit.transport.embedded import transactions as tx
-    from streamkit.transport.embedded.group_store import GroupStore
-    from streamkit.transport.embedded.partition_log import PartitionLog
+    from streamkit.broker import transactions as tx
+    from streamkit.broker.group_store import GroupStore
+    from streamkit.broker.partition_log import PartitionLog
 
     directory, point = sys.argv[1], sys.argv[2]
     calls = {}
@@ -453,7 +453,7 @@ def test_a_recovery_killed_halfway_is_completed_by_the_next_one(tmp_path):
     recoverer = spawn("""
         import os, signal, sys
         from streamkit.transport.embedded import EmbeddedBroker
-        from streamkit.transport.embedded.partition_log import PartitionLog
+        from streamkit.broker.partition_log import PartitionLog
         original = PartitionLog.append_marker
         def once_then_die(*args, **kwargs):
             original(*args, **kwargs)
@@ -516,7 +516,7 @@ def test_ids_with_nothing_pending_leave_no_files_behind(tmp_path):
 
 
 def test_the_applied_transactions_of_a_group_are_bounded(tmp_path):
-    from streamkit.transport.embedded.group_store import MAX_APPLIED_TRANSACTIONS, GroupStore
+    from streamkit.broker.group_store import MAX_APPLIED_TRANSACTIONS, GroupStore
     groups = GroupStore(tmp_path)
     for i in range(MAX_APPLIED_TRANSACTIONS + 20):
         assert groups.commit("g", {TP("in", 0): i}, txn=(f"id-{i}", 1), durable=False)

@@ -32,16 +32,16 @@ import uuid
 from pathlib import Path
 from typing import Callable, Optional
 
-from streamkit.transport.base import RawRecord
-from streamkit.transport.embedded.batch_format import (
+from streamkit.core.records import RawRecord
+from streamkit.broker.batch_format import (
     FLAG_CONTROL, FLAG_TRANSACTIONAL, decode_records, delete_horizon, encode_batch)
-from streamkit.transport.embedded.batch_walker import BatchWalker
-from streamkit.transport.embedded.group_store import write_json_atomic
-from streamkit.transport.embedded.partition_log import (
+from streamkit.broker.batch_walker import BatchWalker
+from streamkit.broker.group_store import write_json_atomic
+from streamkit.broker.partition_log import (
     CLEANER_CHECKPOINT_FILE, TEMP_PREFIX, PartitionLog, fsync_dir, list_segments,
     read_cleaner_checkpoint, segment_file_name)
-from streamkit.transport.embedded.sealed_segment import SegmentStats, iter_batches
-from streamkit.transport.embedded.topic_config import TopicConfig
+from streamkit.broker.sealed_segment import SegmentStats, iter_batches
+from streamkit.broker.topic_config import TopicConfig
 
 logger = logging.getLogger(__name__)
 

@@ -39,15 +39,15 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Optional, Sequence
 
-from streamkit.transport.base import OutgoingRecord, PartitionOffsets
-from streamkit.transport.embedded.batch_format import (
+from streamkit.core.records import OutgoingRecord, PartitionOffsets
+from streamkit.broker.batch_format import (
     CRC_START, FLAG_TRANSACTIONAL, HEADER, HEADER_SIZE, PEEK_SIZE, batch_span, encode_batch,
     encode_marker, header_is_valid, rebase_batch)
-from streamkit.transport.embedded.errors import CorruptLogError, EmbeddedBrokerError
+from streamkit.broker.errors import CorruptLogError, EmbeddedBrokerError
 
 if TYPE_CHECKING:
-    from streamkit.transport.embedded.batch_walker import TxnTracker
-    from streamkit.transport.embedded.reader import PartitionReader
+    from streamkit.broker.batch_walker import TxnTracker
+    from streamkit.broker.reader import PartitionReader
 
 logger = logging.getLogger(__name__)
 
@@ -352,7 +352,7 @@ class PartitionLog:
 
     def last_stable_offset(self) -> int:
         """First offset of the earliest open transaction in this partition, else the end."""
-        from streamkit.transport.embedded.batch_walker import TxnTracker
+        from streamkit.broker.batch_walker import TxnTracker
         with self._tracker_mutex:
             if self._tracker is None:
                 self._tracker = TxnTracker(self)
@@ -439,7 +439,7 @@ class PartitionLog:
                 self._tracker = None
 
     def reader(self, *, read_committed: bool = True) -> "PartitionReader":
-        from streamkit.transport.embedded.reader import PartitionReader
+        from streamkit.broker.reader import PartitionReader
         return PartitionReader(self, read_committed=read_committed)
 
     def _lock_exclusive(self) -> None:
@@ -571,6 +571,6 @@ def fsync_dir(directory: str | os.PathLike) -> None:
 
 def __getattr__(name: str) -> object:  # PartitionReader used to live here
     if name == "PartitionReader":
-        from streamkit.transport.embedded.reader import PartitionReader
+        from streamkit.broker.reader import PartitionReader
         return PartitionReader
     raise AttributeError(name)

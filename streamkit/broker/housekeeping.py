@@ -15,16 +15,16 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from streamkit.transport.embedded.compaction import compact
-from streamkit.transport.embedded.errors import EmbeddedBrokerError, UnknownTopicError
-from streamkit.transport.embedded.partition_log import (
+from streamkit.broker.compaction import compact
+from streamkit.broker.errors import EmbeddedBrokerError, UnknownTopicError
+from streamkit.broker.partition_log import (
     CLEANER_LOCK_NAME, TEMP_PREFIX, PartitionLog)
-from streamkit.transport.embedded.retention import apply_retention, drop_segments_below_start
-from streamkit.transport.embedded.sealed_segment import SegmentStats, segment_stats
-from streamkit.transport.embedded.topic_config import TopicConfig
+from streamkit.broker.retention import apply_retention, drop_segments_below_start
+from streamkit.broker.sealed_segment import SegmentStats, segment_stats
+from streamkit.broker.topic_config import TopicConfig
 
 if TYPE_CHECKING:
-    from streamkit.transport.embedded.broker import EmbeddedBroker
+    from streamkit.broker.broker import EmbeddedBroker
 
 logger = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Optional, Sequence
 
-from streamkit.transport.base import Headers, OutgoingRecord, RawRecord
+from streamkit.core.records import Headers, OutgoingRecord, RawRecord
 
 MAGIC = 1
 FLAG_TRANSACTIONAL = 0x01

@@ -14,10 +14,10 @@ import logging
 import os
 from typing import Callable
 
-from streamkit.transport.embedded.partition_log import (
+from streamkit.broker.partition_log import (
     START_OFFSET_FILE, PartitionLog, fsync_dir, list_segments, read_int_file)
-from streamkit.transport.embedded.sealed_segment import SegmentStats
-from streamkit.transport.embedded.topic_config import TopicConfig
+from streamkit.broker.sealed_segment import SegmentStats
+from streamkit.broker.topic_config import TopicConfig
 
 logger = logging.getLogger(__name__)
 

@@ -29,20 +29,20 @@ import struct
 import zlib
 from typing import TYPE_CHECKING, Optional, Union
 
-from streamkit.transport.base import RawRecord
-from streamkit.transport.embedded.batch_format import (
+from streamkit.core.records import RawRecord
+from streamkit.broker.batch_format import (
     CRC_START, FLAG_COMPACTED, FLAG_CONTROL, FLAG_TRANSACTIONAL, HEADER, HEADER_SIZE,
     KNOWN_FLAGS, MAGIC, PEEK_SIZE, SPECIAL_FLAGS, batch_span, decode_records, header_is_valid,
     marker_is_commit, min_length)
-from streamkit.transport.embedded.batch_walker import BatchWalker, Outcomes
-from streamkit.transport.embedded.errors import (
+from streamkit.broker.batch_walker import BatchWalker, Outcomes
+from streamkit.broker.errors import (
     CorruptLogError, EmbeddedBrokerError, UnknownTopicError)
-from streamkit.transport.embedded.partition_log import (
+from streamkit.broker.partition_log import (
     BAD_CRC, BAD_HEADER, INCOMPLETE, INDEX_INTERVAL, READ_CHUNK, file_id, find_valid_batch,
     list_segments, segment_file_name)
 
 if TYPE_CHECKING:
-    from streamkit.transport.embedded.partition_log import PartitionLog
+    from streamkit.broker.partition_log import PartitionLog
 
 _unpack_header = HEADER.unpack_from
 _unpack_span = struct.Struct("<I").unpack_from

@@ -9,9 +9,9 @@ import os
 import zlib
 from typing import Iterator, NamedTuple, Optional
 
-from streamkit.transport.embedded.batch_format import (
+from streamkit.broker.batch_format import (
     CRC_START, FLAG_CONTROL, HEADER, PEEK_SIZE, batch_span, header_is_valid, max_timestamp)
-from streamkit.transport.embedded.errors import CorruptLogError
+from streamkit.broker.errors import CorruptLogError
 
 _unpack_header = HEADER.unpack_from
 READ_SIZE = 4 << 20

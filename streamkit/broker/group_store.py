@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional
 from urllib.parse import quote, unquote
 
-from streamkit.transport.base import TopicPartition
-from streamkit.transport.embedded.errors import GroupNotEmptyError, UnknownGroupError
+from streamkit.core.records import TopicPartition
+from streamkit.broker.errors import GroupNotEmptyError, UnknownGroupError
 
 OFFSETS_FILE = "offsets.json"
 LOCK_FILE = ".lock"

@@ -1,82 +1,9 @@
 """Transactions of the embedded broker: appends to any partitions plus consumer-group
-offsets that become visible all together or not at all, across processes and crashes.
+offsets, made visible together by a commit, or never; fencing of zombie owners of a
+transactional id; a transaction open past its timeout is aborted and fenced.
 
-Layout under ``<dir>/transactions/``::
-
-    .lock, .producer-ids          the counter that hands out producer ids
-    <transactional id>/           percent-encoded, one per transactional id:
-        .lock                     flock'ed (exclusive, briefly) around every change below
-        state                     the transaction record (below), in two slots
-        epoch                     8 bytes, the current owner's epoch, rewritten in place
-        owner-<epoch>.lock        flock'ed by the live owner of that epoch, until it closes
-                                  or dies (the kernel drops the lock even on kill -9)
-
-``resolve_abandoned_transactions`` removes the directory of an id that has no owner
-and nothing pending (a worker uses a new id per process, so they would pile up).
-
-The record is JSON written alternately into two slots of ``state`` (at byte 0 and
-at 1 MiB), each ``magic:u32, version:u64, length:u32, crc32:u32`` then the JSON: a
-write is one pwrite into the older slot plus one fdatasync, and a torn write only
-ever damages the slot that was being replaced, whose CRC then fails (readers take
-the valid slot with the highest version). The record::
-
-    {"transactional_id", "producer_id", "epoch", "active": an owner holds the id,
-     "sequence": n,  "state": "committing" | "complete",
-     "partitions": [[topic, p], ...], "offsets": {group: [[topic, p, offset], ...]},
-                     (of transaction n, kept while it is "committing")
-     "registered": [[topic, p], ...]   partitions the owner may have appended to}
-
-Transaction number n of an id has the id ``producer_id << 32 | n``, written as
-producer_id in its batches and markers. Transaction n+1 is the only one that can be
-open when the record says n, so the record never needs a write when a transaction
-begins. A transaction goes:
-
-1. append: before the owner's first append to a partition, the partition joins
-   ``registered`` (record rewritten, fsync'ed; once per partition per owner). Each
-   append checks, under the partition's append lock, that the epoch file still holds
-   the owner's epoch (fencing).
-2. commit: fsync the touched partitions in parallel (and the previous commit's
-   markers and offset files) -> COMMIT POINT: the record becomes "committing n" with
-   the partitions and offsets of n, fsync'ed, after checking the epoch under .lock ->
-   COMMIT markers appended to every touched partition -> offsets merged into the
-   groups' offsets.json, tagged (transactional id, transaction id) so that a merge
-   happens once (transaction ids of a transactional id only grow: producer ids come
-   from a counter, and the files of an id with nothing pending may be removed).
-   The record stays "committing n" until the next commit, abort or close replaces
-   it, and whoever replaces it first fsyncs n's markers and offset files.
-3. abort: ABORT markers to every touched partition, fsync'ed, then the record
-   becomes "complete n" (fsync'ed).
-
-Why a crash (kill -9, or power loss for the fsync'ed steps) is safe at each point:
-
-- Before the commit point (during appends, registrations, the parallel fsync or
-  a torn write of the record's slot): the record still says n-1, so recovery
-  writes ABORT markers for n to every registered partition; since registration
-  precedes the first append, every batch of n gets one. Readers never return
-  records of a transaction without a COMMIT marker, so nothing of n is ever seen.
-  A torn batch is dropped by the next writer as usual.
-- After the commit point: the record says "committing n", so recovery rolls n
-  forward: COMMIT markers to its partitions (a second COMMIT marker of a transaction
-  changes nothing: its outcome is already known) and the offsets merge (skipped if
-  n was merged already). Its data is durable: it was fsync'ed before the commit point.
-- During an abort: the record still says n-1 (abort not recorded yet), so recovery
-  aborts n again. Markers are fsync'ed before the record says "complete n".
-- Recovery itself is idempotent. It ends by writing "complete n+1" (with no
-  registered partitions) when a new owner takes over, or by removing the id's
-  files (resolve_abandoned_transactions); a crash before that leaves the record
-  pending, so recovery just runs again.
-
-Recovery runs under the id's .lock when a new owner's first ``begin_transaction``
-takes the id over (it bumps the epoch first: a still-living old owner is fenced,
-its next append or commit raises ProducerFencedError, and it can no longer append
-after the ABORT markers: appends check the epoch file under the partition lock,
-and the epoch file is rewritten before any marker), and in
-``resolve_abandoned_transactions`` for records whose owner lock is free (owner dead).
-
-A fenced owner learns it once, from whichever call notices (append, commit or its
-next begin_transaction raises ProducerFencedError); its broker then forgets the id,
-so a later begin_transaction takes it over again like a new owner. In the worker,
-task locks make sure only the task's owner does that.
+The design (files, the commit point, fencing, recovery of what a dead owner left,
+and why each crash point is safe) is in docs/embedded-transactions.md.
 """
 from __future__ import annotations
 
@@ -96,17 +23,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 from urllib.parse import unquote
 
-from streamkit.transport.base import OutgoingRecord, TopicPartition
-from streamkit.transport.embedded.errors import (
+from streamkit.core.records import OutgoingRecord, TopicPartition
+from streamkit.broker.errors import (
     EmbeddedBrokerError, ProducerFencedError, TransactionStateError, UnknownPartitionError,
     UnknownTopicError)
-from streamkit.transport.embedded.group_store import (
+from streamkit.broker.group_store import (
     TRASH_PREFIX, encode_name, fsync_dir, validate_offsets)
-from streamkit.transport.embedded.partition_log import (
+from streamkit.broker.partition_log import (
     LogGoneError, PartitionLog, read_int_file, write_int_file)
 
 if TYPE_CHECKING:
-    from streamkit.transport.embedded.broker import EmbeddedBroker
+    from streamkit.broker.broker import EmbeddedBroker
 
 logger = logging.getLogger(__name__)
 

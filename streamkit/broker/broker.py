@@ -25,20 +25,19 @@ import weakref
 from pathlib import Path
 from typing import Mapping, NamedTuple, Optional, Sequence
 
-from streamkit.transport.base import (
-    Admin, OutgoingRecord, PartitionOffsets, TopicMetadata, TopicPartition)
-from streamkit.transport.embedded.errors import (
+from streamkit.core.records import OutgoingRecord, PartitionOffsets, TopicMetadata, TopicPartition
+from streamkit.broker.errors import (
     EmbeddedBrokerError, PartitionCountMismatchError, TopicExistsError, UnknownPartitionError,
     UnknownTopicError)
-from streamkit.transport.embedded.group_store import (
+from streamkit.broker.group_store import (
     TRASH_PREFIX, GroupStore, TaskLock, fsync_dir, validate_offsets, write_json_atomic)
-from streamkit.transport.embedded.housekeeping import Housekeeper, try_cleaner_lock
-from streamkit.transport.embedded.partition_log import (
+from streamkit.broker.housekeeping import Housekeeper, try_cleaner_lock
+from streamkit.broker.partition_log import (
     LOCK_FILE_NAME, LogGoneError, PartitionLog, segment_file_name)
-from streamkit.transport.embedded.reader import PartitionReader
-from streamkit.transport.embedded.retention import drop_segments_below_start
-from streamkit.transport.embedded.topic_config import TopicConfig, validate_topic_config
-from streamkit.transport.embedded.transactions import Transaction, TransactionCoordinator
+from streamkit.broker.reader import PartitionReader
+from streamkit.broker.retention import drop_segments_below_start
+from streamkit.broker.topic_config import TopicConfig, validate_topic_config
+from streamkit.broker.transactions import Transaction, TransactionCoordinator
 
 META_FILE = "meta.json"
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -60,7 +59,7 @@ class _Topic(NamedTuple):
     segment_bytes: int
 
 
-class EmbeddedBroker(Admin):
+class EmbeddedBroker:
     """Topics, partition logs and consumer groups stored in one directory."""
 
     def __init__(self, directory: str | os.PathLike, *,
@@ -155,6 +154,14 @@ class EmbeddedBroker(Admin):
         validate_topic_name(name)
         meta = self._read_meta(name)
         return None if meta is None else meta[0]
+
+    def partition_counts(self, topics: Sequence[str]) -> dict[str, Optional[int]]:
+        """Each topic's partition count, None for a topic that does not exist."""
+        out: dict[str, Optional[int]] = {}
+        for name in topics:
+            meta = self.topic(name)
+            out[name] = None if meta is None else meta.partitions
+        return out
 
     def list_topics(self) -> list[TopicMetadata]:
         topics = []

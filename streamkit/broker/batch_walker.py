@@ -19,13 +19,13 @@ import os
 import zlib
 from typing import TYPE_CHECKING, Optional
 
-from streamkit.transport.embedded.batch_format import (
+from streamkit.broker.batch_format import (
     CRC_START, FLAG_CONTROL, FLAG_TRANSACTIONAL, HEADER, PEEK_SIZE, batch_span, header_is_valid,
     marker_is_commit)
-from streamkit.transport.embedded.partition_log import READ_CHUNK, list_segments
+from streamkit.broker.partition_log import READ_CHUNK, list_segments
 
 if TYPE_CHECKING:
-    from streamkit.transport.embedded.partition_log import PartitionLog
+    from streamkit.broker.partition_log import PartitionLog
 
 _unpack_header = HEADER.unpack_from
 _crc32 = zlib.crc32
