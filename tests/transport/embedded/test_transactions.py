@@ -300,6 +300,7 @@ CRASHER = """
     from streamkit.transport.base import TopicPartition as TP
     from streamkit.transport.embedded import EmbeddedBroker
     from streamkit.broker import transactions as tx
+    from streamkit.broker import transaction_state as state
     from streamkit.broker.group_store import GroupStore
     from streamkit.broker.partition_log import PartitionLog
 
@@ -330,15 +331,15 @@ CRASHER = """
     # the second transaction (sequence 2) reaching its commit point / being recorded aborted
     committing = lambda self, record: (record["state"], record["sequence"]) == ("committing", 2)
     complete = lambda self, record: (record["state"], record["sequence"]) == ("complete", 2)
-    write_record = tx._IdDirectory.write
+    write_record = state._IdDirectory.write
     def torn_commit_point(self, record):  # the commit point's pwrite is torn
         if not committing(self, record):
             return write_record(self, record)
-        payload = tx.json.dumps(record, sort_keys=True).encode()
+        payload = state.json.dumps(record, sort_keys=True).encode()
         version = max(v for v, _ in self._slots()) + 1
-        header = tx._SLOT_HEADER.pack(tx._SLOT_MAGIC, version, len(payload),
-                                      tx.zlib.crc32(payload))
-        os.pwrite(self._fd, (header + payload)[:len(payload) // 2], (version % 2) * tx.SLOT_SPAN)
+        header = state._SLOT_HEADER.pack(state._SLOT_MAGIC, version, len(payload),
+                                         state.zlib.crc32(payload))
+        os.pwrite(self._fd, (header + payload)[:len(payload) // 2], (version % 2) * state.SLOT_SPAN)
         die()
 
     transactional = lambda *a, **k: k.get("transactional", False)
@@ -348,15 +349,15 @@ CRASHER = """
         "after_first_append": lambda: hook(PartitionLog, "append", "after", 1, transactional),
         "torn_append": lambda: setattr(PartitionLog, "_write", torn_write),
         "before_fsync": lambda: hook(tx, "sync_all", "before"),
-        "before_commit_point": lambda: hook(tx._IdDirectory, "write", "before", 1, committing),
-        "torn_commit_point": lambda: setattr(tx._IdDirectory, "write", torn_commit_point),
-        "after_commit_point": lambda: hook(tx._IdDirectory, "write", "after", 1, committing),
+        "before_commit_point": lambda: hook(state._IdDirectory, "write", "before", 1, committing),
+        "torn_commit_point": lambda: setattr(state._IdDirectory, "write", torn_commit_point),
+        "after_commit_point": lambda: hook(state._IdDirectory, "write", "after", 1, committing),
         "after_first_marker": lambda: hook(PartitionLog, "append_marker", "after"),
         "after_markers": lambda: hook(tx.TransactionCoordinator, "apply_offsets", "before"),
         "after_first_group": lambda: hook(GroupStore, "commit", "after"),
         "after_commit": lambda: None,
         "abort_after_first_marker": lambda: hook(PartitionLog, "append_marker", "after"),
-        "abort_before_record": lambda: hook(tx._IdDirectory, "write", "before", 1, complete),
+        "abort_before_record": lambda: hook(state._IdDirectory, "write", "before", 1, complete),
     }
 
     broker = EmbeddedBroker(directory)
