@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 FETCH_WAIT = 0.1  # s: longest a fetch waits for records
 PROGRESS_INTERVAL = 30.0  # s between progress log lines
 SLICE = 1000  # records processed between looks at the clock
+ROUND_LIMIT = 5.0  # s a processing round may run past the last commit (without a transaction timeout)
 MAX_BLOCKING = 0.05  # s of processing before the event loop gets a turn
 FINAL_COMMIT_WAIT = 30.0  # s a stopping worker waits for a rebalance to take its offsets
 TOPIC_CHECK_INTERVAL = 5.0  # s between checks that the app's topics still exist as planned
@@ -74,7 +75,16 @@ class Worker(CommitSteps):
                 f"transaction_timeout_ms ({timeout_ms}) must be larger than the commit interval "
                 f"({self.commit_interval * 1000:g} ms): the broker would abort each transaction before the "
                 "worker commits it")
-        self._commit_due = math.inf
+        # A processing round normally ends before the commit (checked between rounds).
+        # One that runs much longer is cut short so a transaction never nears its
+        # timeout: at half of it (exactly_once with a broker timeout), else after
+        # ROUND_LIMIT, and never before the commit interval.
+        if self.exactly_once and timeout_ms is not None:
+            self._round_budget = max(self.commit_interval, timeout_ms / 2000)
+        else:
+            self._round_budget = max(self.commit_interval, ROUND_LIMIT)
+        self._round_deadline = math.inf
+        """When a processing round stops early (monotonic s), so the loop can commit."""
         self._slice = SLICE
         """Records processed in one step: fewer when steps of SLICE take longer than MAX_BLOCKING."""
         """When the next commit is due (monotonic s): a processing round stops there, so a
@@ -183,7 +193,8 @@ class Worker(CommitSteps):
     async def _loop(self) -> None:
         """Until stopped: follow the membership, fetch, process, send outputs, commit on time."""
         now = time.monotonic()
-        next_commit = self._commit_due = now + self.commit_interval
+        next_commit = now + self.commit_interval
+        self._round_deadline = now + self._round_budget
         self._progress = _Progress(now)
         idle_since: Optional[float] = now  # start of the current run of empty fetches
         next_topic_check = now + TOPIC_CHECK_INTERVAL
@@ -222,7 +233,8 @@ class Worker(CommitSteps):
             # processed since, and the group may already have moved the partitions.
             if (now >= next_commit or buffered > cache_limit) and not self._suspended:
                 await self._commit()
-                next_commit = self._commit_due = time.monotonic() + self.commit_interval
+                next_commit = time.monotonic() + self.commit_interval
+                self._round_deadline = time.monotonic() + self._round_budget
             self._progress.maybe_log(now, self.tasks)
             if now >= next_topic_check:
                 self._check_topics()
@@ -285,7 +297,7 @@ class Worker(CommitSteps):
                 # topology must not get this worker thrown out of its group.
                 await asyncio.sleep(0)
                 last_yield = time.monotonic()
-                if last_yield >= self._commit_due and self._put_back(runs):
+                if last_yield >= self._round_deadline and self._put_back(runs):
                     break  # the commit is due: the rest of the round waits for the next one
         for tid, inputs in self._inputs.items():
             if inputs.merges:  # processed out of offset order: resume at the first record not processed
