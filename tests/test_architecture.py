@@ -59,6 +59,23 @@ def _imports(module: str, path: Path) -> Set[str]:
     return found
 
 
+def _assert_acyclic(graph: Dict[str, Set[str]]) -> None:
+    """Fail naming the first import cycle found in ``graph`` (depth first, sorted)."""
+    state: Dict[str, int] = {}
+
+    def visit(node: str, trail: Tuple[str, ...]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            assert state.get(nxt) != 1, f"import cycle: {' -> '.join(trail + (node, nxt))}"
+            if nxt not in state:
+                visit(nxt, trail + (node,))
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, ())
+
+
 def test_every_top_level_module_has_a_layer() -> None:
     tops = {_top(module) for module, _path in _modules()}
     assert tops <= set(LAYERS), f"add these to LAYERS: {sorted(tops - set(LAYERS))}"
@@ -80,19 +97,7 @@ def test_no_import_cycle_between_top_level_packages() -> None:
     for module, path in _modules():
         graph.setdefault(_top(module), set()).update(
             _top(target) for target in _imports(module, path) if _top(target) != _top(module))
-    state: Dict[str, int] = {}
-
-    def visit(node: str, trail: Tuple[str, ...]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph.get(node, ())):
-            assert state.get(nxt) != 1, f"import cycle: {' -> '.join(trail + (node, nxt))}"
-            if nxt not in state:
-                visit(nxt, trail + (node,))
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, ())
+    _assert_acyclic(graph)
 
 
 def test_import_streamkit_loads_no_heavy_library() -> None:
@@ -138,16 +143,4 @@ def test_no_module_level_import_cycle() -> None:
     paths = {(module[:-len(".__init__")] if module.endswith(".__init__") else module): path
              for module, path in _modules()}
     graph = {module: _module_level_imports(module, path, set(paths)) - {module} for module, path in paths.items()}
-    state: Dict[str, int] = {}
-
-    def visit(node: str, trail: Tuple[str, ...]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            assert state.get(nxt) != 1, f"import cycle: {' -> '.join(trail + (node, nxt))}"
-            if nxt not in state:
-                visit(nxt, trail + (node,))
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, ())
+    _assert_acyclic(graph)

@@ -25,7 +25,7 @@ import weakref
 from pathlib import Path
 from typing import Mapping, NamedTuple, Optional, Sequence
 
-from streamkit.core.records import OutgoingRecord, PartitionOffsets, TopicMetadata, TopicPartition
+from streamkit.core.records import OutgoingRecord, PartitionOffsets, TopicMetadata, TopicPartition, partition_counts
 from streamkit.broker.errors import (
     EmbeddedBrokerError, PartitionCountMismatchError, TopicExistsError, UnknownPartitionError,
     UnknownTopicError)
@@ -157,11 +157,7 @@ class EmbeddedBroker:
 
     def partition_counts(self, topics: Sequence[str]) -> dict[str, Optional[int]]:
         """Each topic's partition count, None for a topic that does not exist."""
-        out: dict[str, Optional[int]] = {}
-        for name in topics:
-            meta = self.topic(name)
-            out[name] = None if meta is None else meta.partitions
-        return out
+        return partition_counts(self.topic, topics)
 
     def list_topics(self) -> list[TopicMetadata]:
         topics = []

@@ -9,7 +9,7 @@ where headers is ``None`` or a tuple of ``(name: str, value: bytes)`` pairs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
 
 Headers = Optional[Tuple[Tuple[str, bytes], ...]]
 RawRecord = Tuple[int, int, Optional[bytes], Optional[bytes], Headers]
@@ -39,3 +39,13 @@ class PartitionOffsets:
 
     start: int
     end: int
+
+
+def partition_counts(topic: Callable[[str], Optional[TopicMetadata]], topics: Iterable[str]
+                     ) -> Dict[str, Optional[int]]:
+    """Each topic's partition count through ``topic(name)``, None for a topic that does not exist."""
+    out: Dict[str, Optional[int]] = {}
+    for name in topics:
+        meta = topic(name)
+        out[name] = None if meta is None else meta.partitions
+    return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..core.records import (Headers, OutgoingRecord, PartitionOffsets, RawRecord,  # noqa: F401 (re-exported)
-                            TopicMetadata, TopicPartition)
+                            TopicMetadata, TopicPartition, partition_counts)
 
 
 class FetchedBatch(NamedTuple):
@@ -44,11 +44,7 @@ class Admin(abc.ABC):
 
     def partition_counts(self, topics: Sequence[str]) -> dict[str, Optional[int]]:
         """Each topic's partition count, None for a topic that does not exist."""
-        out: dict[str, Optional[int]] = {}
-        for name in topics:
-            meta = self.topic(name)
-            out[name] = None if meta is None else meta.partitions
-        return out
+        return partition_counts(self.topic, topics)
 
     @abc.abstractmethod
     def partition_offsets(self, topic: str, partition: int) -> PartitionOffsets: ...

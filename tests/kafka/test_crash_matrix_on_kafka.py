@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .workers import KafkaApp, stop
+from .workers import KafkaApp, stop, wait_for
 
 APP = textwrap.dedent("""
     import time
@@ -47,15 +47,6 @@ APP = textwrap.dedent("""
 EVENTS = 24_000
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
 def test_three_workers_frozen_killed_and_crashed_lose_nothing(kafka, tmp_path: Path, unique_name) -> None:
     name = unique_name("matrix")
     app = KafkaApp(kafka, tmp_path, name)
@@ -71,7 +62,7 @@ def test_three_workers_frozen_killed_and_crashed_lose_nothing(kafka, tmp_path: P
                app.worker("--until-idle", "10", state="s2", log=logs[2])]
     restarted = []
     try:
-        _wait(lambda: all("assigned this worker" in log.read_text() for log in logs), 60, "three members")
+        wait_for(lambda: all("assigned this worker" in log.read_text() for log in logs), 60, "three members")
         time.sleep(1.0)
         workers[0].send_signal(signal.SIGSTOP)           # frozen past its 6 s session: a zombie
         time.sleep(random.Random(19).uniform(0.5, 1.5))

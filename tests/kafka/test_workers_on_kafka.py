@@ -8,18 +8,9 @@ import signal
 import time
 from pathlib import Path
 
-from .workers import KafkaApp, assert_nothing_lost, final_counts, stop
+from .workers import KafkaApp, assert_nothing_lost, final_counts, stop, wait_for as _wait_for
 
 ASSIGNED = re.compile(r"assigned this worker task\(s\) ([^;\n]*)")
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def _assignments(log: Path) -> list:

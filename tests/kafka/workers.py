@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -137,3 +138,13 @@ def stop(procs: Sequence[subprocess.Popen], timeout: float = 60) -> None:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=timeout)
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    """Poll ``predicate`` every 0.2 s until it holds; fail after ``timeout`` s naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
