@@ -87,8 +87,6 @@ class Worker(CommitSteps):
         """When a processing round stops early (monotonic s), so the loop can commit."""
         self._slice = SLICE
         """Records processed in one step: fewer when steps of SLICE take longer than MAX_BLOCKING."""
-        """When the next commit is due (monotonic s): a processing round stops there, so a
-        long round does not hold a transaction open past its timeout."""
         self.standby_replicas = app.num_standby_replicas if standby_replicas is None else standby_replicas
         self._explicit_state_dir = state_dir or app.state_dir
         self._state: Optional[StateDirectory] = None
