@@ -47,7 +47,7 @@ import orjson
 import streamkit as sk
 from bench import restore_throughput
 from bench.peers.workload import make_events as peer_events
-from streamkit.runtime.worker import Worker, tune_gc_for_streaming
+from streamkit.runtime.worker import tune_gc_for_streaming
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
 from streamkit.transport.partitioner import partition_for_key
@@ -337,7 +337,7 @@ def time_worker(app: sk.App, directory: str, counters: Tuple[str, ...] = ()) -> 
     as JSON, its seconds from start to its last commit, records processed, peak RSS and
     the named ``counters`` of its totals."""
     transport = EmbeddedTransport(directory)
-    worker = Worker(app, transport, until_idle=IDLE_EXIT)
+    worker = app.worker(transport, until_idle=IDLE_EXIT)
     tune_gc_for_streaming()  # as `streamkit worker` does
     started, cpu_started = time.perf_counter(), time.process_time()
     asyncio.run(worker.run())

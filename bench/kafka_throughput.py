@@ -276,7 +276,7 @@ async def raw_passthrough(bootstrap: str, source: str, sink: str, group: str, ex
 def run_streamkit(spec: dict, probe: Probe) -> None:
     """Run the scenario's app as ``streamkit worker`` does (``run_worker``), stopping
     it once every input record was fetched: it then commits and leaves the group."""
-    from streamkit.runtime.worker import Worker, tune_gc_for_streaming
+    from streamkit.runtime.worker import tune_gc_for_streaming
     from streamkit.transport.factory import open_transport
 
     make_app = SCENARIOS[spec["scenario"]].make_app
@@ -284,7 +284,7 @@ def run_streamkit(spec: dict, probe: Probe) -> None:
     app = make_app(spec["app_id"], spec["source"], spec["sink"])
     tune_gc_for_streaming()
     transport = open_transport(f"kafka://{spec['bootstrap']}", kafka_config=app.kafka_config)
-    worker = Worker(app, transport, until_idle=SAFETY_IDLE, state_dir=spec["state_dir"])
+    worker = app.worker(transport, until_idle=SAFETY_IDLE, state_dir=spec["state_dir"])
     probe.time_commits(Worker, "_commit")  # one commit round: every task, flush or transactions
     probe.on_all_fetched = worker.stop
     try:

@@ -18,24 +18,40 @@ Topology: doc-app
 """
 from __future__ import annotations
 
-import re
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .dsl import StreamsBuilder
 from .dsl.draft import TopologyDraft
 from .errors import ConfigError, TopologyError
 from .processor import ProcessorContext, ProcessorDefinition, define_processor
-from .core.settings import GUARANTEES, check_handler, check_store_backend
+from .core.app_config import AppConfig
 from .serdes import Json, Serde, String
 from .stores import StoreSpec
 from .topics import TopicSpec
 from .topology import Topology
 from .topology.passes import build_topology
 
+if TYPE_CHECKING:  # the runtime loads only when a worker runs
+    from .runtime.metrics import TaskMetrics
+    from .runtime.worker import Worker
+    from .transport.base import Transport
+
 __all__ = ["App"]
 
-_APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+def _whole_ms(duration: Optional[timedelta]) -> Optional[int]:
+    if duration is None:
+        return None
+    if not isinstance(duration, timedelta) or duration <= timedelta(0):
+        raise ConfigError(f"close_idle_windows_after must be a positive timedelta, got {duration!r}")
+    return duration // timedelta(milliseconds=1)
+
+
+def _setting(name: str, doc: str) -> property:
+    """A read-only App attribute that shows one of its AppConfig's settings."""
+    return property(lambda app: getattr(app.config, name), doc=doc)
 
 
 class App:
@@ -74,6 +90,22 @@ class App:
     that a replay interleaves the inputs as the live run did.
     """
 
+    processing_guarantee = _setting("processing_guarantee", "at_least_once or exactly_once.")
+    commit_interval = _setting("commit_interval", "As set (None: the guarantee's default).")
+    deserialization_error_handler = _setting("deserialization_error_handler", "fail, log_and_skip or dead_letter.")
+    processing_error_handler = _setting("processing_error_handler", "fail, log_and_skip or dead_letter.")
+    state_dir = _setting("state_dir", "Where the stores live (None: the default).")
+    store_backend = _setting("store_backend", "rocksdb or memory.")
+    caching = _setting("caching", "Aggregations forward the latest value per key per commit.")
+    cache_max_bytes = _setting("cache_max_bytes", "Buffered writes before an early commit.")
+    num_standby_replicas = _setting("num_standby_replicas", "Warm copies of each task's stores.")
+    max_task_idle = _setting("max_task_idle", "How long a task with several inputs waits for an "
+                             "input that has no records fetched (see ARCHITECTURE.md, time).")
+    close_idle_windows_after_ms = _setting("close_idle_windows_after_ms", "Default of the windowed "
+                                           "operations' close_idle_windows_after (off when None).")
+    kafka_config = _setting("kafka_config", "Kafka client settings (see streamkit.transport.kafka.config); "
+                            "secrets are masked in logs.")
+
     def __init__(self, app_id: str, *, broker: Optional[str] = None,
                  processing_guarantee: str = "at_least_once",
                  commit_interval: Optional[timedelta] = None,
@@ -84,46 +116,18 @@ class App:
                  kafka_config: Optional[Mapping[str, Any]] = None,
                  close_idle_windows_after: Optional[timedelta] = None,
                  max_task_idle: timedelta = timedelta(0)) -> None:
-        if not isinstance(app_id, str) or not _APP_ID.match(app_id):
-            raise ConfigError(f"app id {app_id!r} is invalid: use 1-200 of the characters [A-Za-z0-9._-]")
-        if processing_guarantee not in GUARANTEES:
-            raise ConfigError(f"processing_guarantee={processing_guarantee!r}: use one of {', '.join(GUARANTEES)}")
-        if commit_interval is not None and (not isinstance(commit_interval, timedelta)
-                                            or commit_interval <= timedelta(0)):
-            raise ConfigError(f"commit_interval must be a positive timedelta, got {commit_interval!r}")
-        check_store_backend(store_backend)
-        if not isinstance(cache_max_bytes, int) or cache_max_bytes < 0:
-            raise ConfigError(f"cache_max_bytes must be a non-negative int, got {cache_max_bytes!r}")
-        if close_idle_windows_after is not None and (not isinstance(close_idle_windows_after, timedelta)
-                                                     or close_idle_windows_after <= timedelta(0)):
-            raise ConfigError(
-                f"close_idle_windows_after must be a positive timedelta, got {close_idle_windows_after!r}")
-        if not isinstance(max_task_idle, timedelta) or max_task_idle < timedelta(0):
-            raise ConfigError(f"max_task_idle must be a non-negative timedelta, got {max_task_idle!r}")
-        if not isinstance(num_standby_replicas, int) or num_standby_replicas < 0:
-            raise ConfigError(f"num_standby_replicas must be a non-negative int, got {num_standby_replicas!r}")
+        self.config = AppConfig(
+            app_id, processing_guarantee=processing_guarantee, commit_interval=commit_interval,
+            deserialization_error_handler=deserialization_error_handler,
+            processing_error_handler=processing_error_handler, state_dir=state_dir, store_backend=store_backend,
+            caching=caching, cache_max_bytes=cache_max_bytes, num_standby_replicas=num_standby_replicas,
+            max_task_idle=max_task_idle, close_idle_windows_after_ms=_whole_ms(close_idle_windows_after),
+            kafka_config=dict(kafka_config or {}))
+        """The validated runtime settings (what a worker runs the app with)."""
         self.id = app_id
         self.broker = broker
-        self.num_standby_replicas = num_standby_replicas
-        self.kafka_config: Mapping[str, Any] = dict(kafka_config or {})
-        """Kafka client settings (see streamkit.transport.kafka.config); secrets are masked in logs."""
-        self.processing_guarantee = processing_guarantee
-        self.commit_interval = commit_interval
         self.default_key_serde = default_key_serde
         self.default_value_serde = default_value_serde
-        self.deserialization_error_handler = check_handler(deserialization_error_handler,
-                                                           "deserialization_error_handler")
-        self.processing_error_handler = check_handler(processing_error_handler, "processing_error_handler")
-        self.state_dir = state_dir
-        self.store_backend = store_backend
-        self.caching = caching
-        self.cache_max_bytes = cache_max_bytes
-        self.close_idle_windows_after_ms: Optional[int] = (
-            None if close_idle_windows_after is None else close_idle_windows_after // timedelta(milliseconds=1))
-        """Default of the windowed operations' ``close_idle_windows_after`` (off when None)."""
-        self.max_task_idle = max_task_idle
-        """How long a task with several inputs waits for an input that has no records
-        fetched before processing the others (see ARCHITECTURE.md, time)."""
         self._topics: Dict[str, TopicSpec] = {}
         self._topology_fns: List[Callable[[StreamsBuilder], None]] = []
         self._topology: Optional[Topology] = None
@@ -187,10 +191,7 @@ class App:
     def effective_commit_interval(self, guarantee: Optional[str] = None) -> timedelta:
         """The commit interval: as set, else 1 s (at_least_once) or 100 ms (exactly_once,
         where it bounds how late downstream readers see committed results)."""
-        if self.commit_interval is not None:
-            return self.commit_interval
-        exactly_once = (guarantee or self.processing_guarantee) == "exactly_once"
-        return timedelta(milliseconds=100) if exactly_once else timedelta(seconds=1)
+        return self.config.with_overrides(guarantee=guarantee).effective_commit_interval
 
     def resolve_broker(self, override: Optional[str] = None) -> str:
         """``override`` (``--broker``), else ``$STREAMKIT_BROKER``, else ``broker`` in the config
@@ -199,11 +200,29 @@ class App:
 
         return override or configured_broker() or self.broker or "embedded://.streamkit"
 
-    def run(self, *, broker: Optional[str] = None, until_idle: Optional[float] = None) -> None:
-        """Run a worker in this process until stopped (or idle for ``until_idle`` seconds)."""
+    def worker(self, transport: "Transport", *, until_idle: Optional[float] = None,
+               guarantee: Optional[str] = None, state_dir: Optional[str] = None,
+               standby_replicas: Optional[int] = None) -> "Worker":
+        """A worker for this app on ``transport`` (run it with ``await worker.run()``);
+        the keyword arguments override the app's settings as ``streamkit worker``'s options do."""
+        from .runtime.worker import Worker
+
+        config = self.config.with_overrides(guarantee=guarantee, state_dir=state_dir,
+                                            standby_replicas=standby_replicas)
+        return Worker(self.build(), config, transport, until_idle=until_idle)
+
+    def run(self, *, broker: Optional[str] = None, until_idle: Optional[float] = None,
+            guarantee: Optional[str] = None, state_dir: Optional[str] = None,
+            standby_replicas: Optional[int] = None, config_file: Optional[str] = None) -> "TaskMetrics":
+        """Run a worker in this process until SIGINT/SIGTERM, ``until_idle`` seconds
+        without input, or an error; returns the worker's record counts. The keyword
+        arguments override the app's settings (``broker``: see :meth:`resolve_broker`)."""
         from .runtime.worker import run_worker
 
-        run_worker(self, broker=self.resolve_broker(broker), until_idle=until_idle)
+        config = self.config.with_overrides(guarantee=guarantee, state_dir=state_dir,
+                                            standby_replicas=standby_replicas)
+        return run_worker(self.build(), config, broker=self.resolve_broker(broker), until_idle=until_idle,
+                          config_file=config_file)
 
     def __repr__(self) -> str:
         return f"<App {self.id!r}>"

@@ -228,12 +228,12 @@ def measure_embedded(rate: int, seconds: float, verbose: bool = False) -> dict:
 def embedded_worker(directory: str) -> None:
     """The worker of the embedded measurement: S1 until SIGTERM."""
     from bench.peers.frameworks.streamkit import build_app
-    from streamkit.runtime.worker import Worker, tune_gc_for_streaming
+    from streamkit.runtime.worker import tune_gc_for_streaming
     from streamkit.transport.embedded.transport import EmbeddedTransport
 
     app = build_app("S1", "bench-latency", "events", "out")
     transport = EmbeddedTransport(directory)
-    worker = Worker(app, transport)
+    worker = app.worker(transport)
     tune_gc_for_streaming()
 
     async def run() -> None:

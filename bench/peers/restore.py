@@ -503,7 +503,7 @@ class Window:
 def child_streamkit(spec: dict) -> dict:
     import streamkit as sk
     import streamkit.runtime.worker as worker_module
-    from streamkit.runtime.worker import Worker, tune_gc_for_streaming
+    from streamkit.runtime.worker import tune_gc_for_streaming
     from streamkit.transport.factory import open_transport
 
     window, done = Window(), {}
@@ -517,7 +517,7 @@ def child_streamkit(spec: dict) -> dict:
     tune_gc_for_streaming()
     transport = open_transport(f"kafka://{spec['bootstrap']}", kafka_config=app.kafka_config)
     writing = spec["mode"] == "write"
-    worker = Worker(app, transport, until_idle=2.0 if writing else None, state_dir=spec["state_dir"])
+    worker = app.worker(transport, until_idle=2.0 if writing else None, state_dir=spec["state_dir"])
     restore = worker_module.restore_task_stores
 
     async def timed_restore(task_id: str, stores: Any, *args: Any, **kwargs: Any) -> Dict[str, int]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Optional
 from streamkit.broker.batch_format import (
     CRC_START, FLAG_CONTROL, FLAG_TRANSACTIONAL, HEADER, PEEK_SIZE, batch_span, header_is_valid,
     marker_is_commit)
-from streamkit.broker.partition_log import READ_CHUNK, list_segments
+from streamkit.broker.segment_files import READ_CHUNK, list_segments
 
 if TYPE_CHECKING:
     from streamkit.broker.partition_log import PartitionLog

@@ -32,8 +32,8 @@ from streamkit.broker.errors import (
 from streamkit.broker.group_store import (
     TRASH_PREFIX, GroupStore, TaskLock, fsync_dir, validate_offsets, write_json_atomic)
 from streamkit.broker.housekeeping import Housekeeper, try_cleaner_lock
-from streamkit.broker.partition_log import (
-    LOCK_FILE_NAME, LogGoneError, PartitionLog, segment_file_name)
+from streamkit.broker.partition_log import LogGoneError, PartitionLog
+from streamkit.broker.segment_files import LOCK_FILE_NAME, segment_file_name
 from streamkit.broker.reader import PartitionReader
 from streamkit.broker.retention import drop_segments_below_start
 from streamkit.broker.topic_config import TopicConfig, validate_topic_config

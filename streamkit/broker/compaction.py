@@ -37,9 +37,10 @@ from streamkit.broker.batch_format import (
     FLAG_CONTROL, FLAG_TRANSACTIONAL, decode_records, delete_horizon, encode_batch)
 from streamkit.broker.batch_walker import BatchWalker
 from streamkit.broker.group_store import write_json_atomic
-from streamkit.broker.partition_log import (
-    CLEANER_CHECKPOINT_FILE, TEMP_PREFIX, PartitionLog, fsync_dir, list_segments,
-    read_cleaner_checkpoint, segment_file_name)
+from streamkit.broker.partition_log import PartitionLog
+from streamkit.broker.segment_files import (
+    CLEANER_CHECKPOINT_FILE, TEMP_PREFIX, fsync_dir, list_segments, read_cleaner_checkpoint,
+    segment_file_name)
 from streamkit.broker.sealed_segment import SegmentStats, iter_batches
 from streamkit.broker.topic_config import TopicConfig
 

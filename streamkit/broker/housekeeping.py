@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from streamkit.broker.compaction import compact
 from streamkit.broker.errors import EmbeddedBrokerError, UnknownTopicError
-from streamkit.broker.partition_log import (
-    CLEANER_LOCK_NAME, TEMP_PREFIX, PartitionLog)
+from streamkit.broker.partition_log import PartitionLog
+from streamkit.broker.segment_files import CLEANER_LOCK_NAME, TEMP_PREFIX
 from streamkit.broker.retention import apply_retention, drop_segments_below_start
 from streamkit.broker.sealed_segment import SegmentStats, segment_stats
 from streamkit.broker.topic_config import TopicConfig

@@ -27,47 +27,33 @@ from __future__ import annotations
 
 import bisect
 import fcntl
-import json
 import logging
 import os
-import re
 import threading
-import uuid
 import zlib
 from array import array
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Optional, Sequence
+from typing import Callable, Iterator, NamedTuple, Optional, Sequence
 
 from streamkit.core.records import OutgoingRecord, PartitionOffsets
 from streamkit.broker.batch_format import (
-    CRC_START, FLAG_TRANSACTIONAL, HEADER, HEADER_SIZE, PEEK_SIZE, batch_span, encode_batch,
+    CRC_START, FLAG_TRANSACTIONAL, HEADER, PEEK_SIZE, batch_span, encode_batch,
     encode_marker, header_is_valid, rebase_batch)
+from streamkit.broker.batch_walker import TxnTracker
 from streamkit.broker.errors import CorruptLogError, EmbeddedBrokerError
-
-if TYPE_CHECKING:
-    from streamkit.broker.batch_walker import TxnTracker
-    from streamkit.broker.reader import PartitionReader
+from streamkit.broker.reader import PartitionReader
+from streamkit.broker.segment_files import (
+    BAD_CRC, BAD_HEADER, CLEANER_CHECKPOINT_FILE, INCOMPLETE, INDEX_INTERVAL, LOCK_FILE_NAME, READ_CHUNK,
+    START_OFFSET_FILE, find_valid_batch, fsync_dir, list_segments, read_cleaner_checkpoint, read_int_file,
+    segment_file_name, write_int_file)
 
 logger = logging.getLogger(__name__)
 
-SEGMENT_SUFFIX = ".log"
-LOCK_FILE_NAME = ".lock"
-CLEANER_LOCK_NAME = ".cleaner.lock"
-START_OFFSET_FILE = "log-start-offset"
-CLEANER_CHECKPOINT_FILE = "cleaner-checkpoint.json"
-TEMP_PREFIX = "+"  # temp files of the cleaner: never a segment name
-READ_CHUNK = 1 << 20
 MAX_BATCH_BYTES = 4 << 20  # larger appends are split into several batches
-INDEX_INTERVAL = 64 << 10  # bytes between sparse index entries
 INDEXED_SEGMENTS = 16  # per partition; 16 KiB of index per 64 MiB segment
 MAX_UNSYNCED_SEGMENTS = 4  # rolled-away segments kept open until sync()
 
-INCOMPLETE = "incomplete batch"
-BAD_HEADER = "invalid batch header"
-BAD_CRC = "CRC mismatch"
-# magic, flags, reserved of a batch header: where to look for a batch after bad bytes
-_HEADER_MARK = re.compile(rb"(?=\x01[\x00-\x3f]\x00\x00)")
 _unpack_header = HEADER.unpack_from
 _crc32 = zlib.crc32
 
@@ -77,55 +63,6 @@ SegmentKey = tuple[int, int]
 
 class LogGoneError(EmbeddedBrokerError):
     """The partition directory was deleted (or replaced) under an open log."""
-
-
-def segment_file_name(base_offset: int) -> str:
-    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
-
-
-def list_segments(directory: str | os.PathLike) -> list[int]:
-    """Base offsets of the segment files in `directory`, ascending ([] if none)."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(int(name[:20]) for name in names
-                  if len(name) == 24 and name.endswith(SEGMENT_SUFFIX) and name[:20].isdigit())
-
-
-def read_int_file(path: str) -> Optional[int]:
-    """The integer stored in a small text file, None if it is missing or unreadable."""
-    try:
-        with open(path, "rb") as f:
-            return int(f.read().strip() or b"x")
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def write_int_file(path: str, value: int, *, durable: bool = True) -> None:
-    """Replace a small text file holding one integer: temp file, rename (fsync if durable)."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f"{TEMP_PREFIX}{name}.{uuid.uuid4().hex}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, b"%d\n" % value)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if durable:
-        fsync_dir(directory)
-
-
-def read_cleaner_checkpoint(path: str) -> dict:
-    """{"offset", "due_ms", "markers"} written by compaction; {} if none or unreadable."""
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 class _ScanResult(NamedTuple):
@@ -173,27 +110,6 @@ def scan_segment(fd: int, pos: int, offset: int,
         offset = base + batch_span(chunk, rel, flags, count)
         want = READ_CHUNK if length < READ_CHUNK // 16 else 4096  # big batches: headers only
     return _ScanResult(pos, offset, size, None)
-
-
-def find_valid_batch(fd: int, start: int, min_offset: int) -> Optional[int]:
-    """Byte position of the first CRC-valid batch after `start` with base >= min_offset.
-
-    Tells a torn tail (nothing valid follows) from corruption in the middle of a log.
-    Reads the rest of the segment: only called when something is already wrong.
-    """
-    size = os.fstat(fd).st_size
-    data = os.pread(fd, max(0, size - start), start)
-    view = memoryview(data)
-    for match in _HEADER_MARK.finditer(data, 9):
-        pos = match.start() - 8
-        if pos + HEADER_SIZE > len(data):
-            break
-        length, crc, magic, flags, reserved, base, _pid, count = _unpack_header(data, pos)
-        if (base >= min_offset and header_is_valid(magic, flags, reserved, count, length)
-                and pos + 4 + length <= len(data)
-                and _crc32(view[pos + CRC_START:pos + 4 + length]) == crc):
-            return start + pos
-    return None
 
 
 class SparseIndex:
@@ -352,7 +268,6 @@ class PartitionLog:
 
     def last_stable_offset(self) -> int:
         """First offset of the earliest open transaction in this partition, else the end."""
-        from streamkit.broker.batch_walker import TxnTracker
         with self._tracker_mutex:
             if self._tracker is None:
                 self._tracker = TxnTracker(self)
@@ -439,7 +354,6 @@ class PartitionLog:
                 self._tracker = None
 
     def reader(self, *, read_committed: bool = True) -> "PartitionReader":
-        from streamkit.broker.reader import PartitionReader
         return PartitionReader(self, read_committed=read_committed)
 
     def _lock_exclusive(self) -> None:
@@ -551,26 +465,3 @@ def _encode(records: Sequence[OutgoingRecord], base_offset: int, producer_id: in
 
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
-
-
-def file_id(path: str) -> Optional[tuple[int, int]]:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def fsync_dir(directory: str | os.PathLike) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def __getattr__(name: str) -> object:  # PartitionReader used to live here
-    if name == "PartitionReader":
-        from streamkit.broker.reader import PartitionReader
-        return PartitionReader
-    raise AttributeError(name)

@@ -37,7 +37,7 @@ from streamkit.broker.batch_format import (
 from streamkit.broker.batch_walker import BatchWalker, Outcomes
 from streamkit.broker.errors import (
     CorruptLogError, EmbeddedBrokerError, UnknownTopicError)
-from streamkit.broker.partition_log import (
+from streamkit.broker.segment_files import (
     BAD_CRC, BAD_HEADER, INCOMPLETE, INDEX_INTERVAL, READ_CHUNK, file_id, find_valid_batch,
     list_segments, segment_file_name)
 

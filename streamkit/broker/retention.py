@@ -14,8 +14,8 @@ import logging
 import os
 from typing import Callable
 
-from streamkit.broker.partition_log import (
-    START_OFFSET_FILE, PartitionLog, fsync_dir, list_segments, read_int_file)
+from streamkit.broker.partition_log import PartitionLog
+from streamkit.broker.segment_files import START_OFFSET_FILE, fsync_dir, list_segments, read_int_file
 from streamkit.broker.sealed_segment import SegmentStats
 from streamkit.broker.topic_config import TopicConfig
 

@@ -17,7 +17,7 @@ from typing import Iterable, Mapping, Optional
 from streamkit.core.records import TopicPartition
 from streamkit.broker.errors import EmbeddedBrokerError
 from streamkit.broker.group_store import TRASH_PREFIX, encode_name, fsync_dir
-from streamkit.broker.partition_log import read_int_file, write_int_file
+from streamkit.broker.segment_files import read_int_file, write_int_file
 from streamkit.broker.file_lock import Flock
 
 logger = logging.getLogger("streamkit.broker.transactions")
@@ -26,15 +26,15 @@ STATE_FILE = "state"
 EPOCH_FILE = "epoch"
 LOCK_FILE = ".lock"
 PRODUCER_IDS_FILE = ".producer-ids"
-_EPOCH = struct.Struct("<q")
+EPOCH = struct.Struct("<q")
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
-def _tp_list(tps: Iterable[TopicPartition]) -> list[list]:
+def tp_list(tps: Iterable[TopicPartition]) -> list[list]:
     return sorted([tp[0], tp[1]] for tp in tps)
 
 
-def _offsets_json(offsets: Mapping[str, Mapping[TopicPartition, int]],
+def offsets_json(offsets: Mapping[str, Mapping[TopicPartition, int]],
                   metadata: Optional[Mapping[str, Mapping[TopicPartition, str]]] = None) -> dict:
     """{group: [[topic, partition, offset] or [topic, partition, offset, metadata], ...]}."""
     metadata = metadata or {}
@@ -46,9 +46,9 @@ def _offsets_json(offsets: Mapping[str, Mapping[TopicPartition, int]],
     return out
 
 
-def _offsets_from_json(data: Mapping[str, list]) -> tuple[dict[str, dict[TopicPartition, int]],
+def offsets_from_json(data: Mapping[str, list]) -> tuple[dict[str, dict[TopicPartition, int]],
                                                           dict[str, dict[TopicPartition, str]]]:
-    """The offsets and metadata of :func:`_offsets_json`'s output."""
+    """The offsets and metadata of :func:`offsets_json`'s output."""
     offsets: dict[str, dict[TopicPartition, int]] = {}
     metadata: dict[str, dict[TopicPartition, str]] = {}
     for group, entries in data.items():
@@ -66,7 +66,7 @@ _SLOT_MAGIC = 0x534B5458
 SLOT_SPAN = 1 << 20  # the second slot starts here; a record must fit in a slot
 
 
-class _IdDirectory:
+class IdDirectory:
     """The files of one transactional id (see the module docstring)."""
 
     def __init__(self, root: Path, transactional_id: str) -> None:
@@ -173,14 +173,14 @@ class _IdDirectory:
 def read_transaction_record(directory: str | os.PathLike, transactional_id: str
                             ) -> Optional[dict]:
     """The current record of a transactional id in a broker directory (for diagnostics)."""
-    ids = _IdDirectory(Path(directory) / "transactions", transactional_id)
+    ids = IdDirectory(Path(directory) / "transactions", transactional_id)
     try:
         return ids.read()
     finally:
         ids.close()
 
 
-def _next_producer_id(root: Path) -> int:
+def next_producer_id(root: Path) -> int:
     """A producer id never handed out before in this broker directory."""
     root.mkdir(parents=True, exist_ok=True)
     with Flock(root / LOCK_FILE):

@@ -11,7 +11,6 @@ import fcntl
 import logging
 import os
 import socket
-import struct
 import threading
 import time
 from pathlib import Path
@@ -24,8 +23,8 @@ from streamkit.broker.errors import (
 from streamkit.broker.group_store import TRASH_PREFIX, encode_name, validate_offsets
 from streamkit.broker.partition_log import LogGoneError, PartitionLog
 from streamkit.broker.file_sync import sync_all
-from streamkit.broker.transaction_state import (  # noqa: F401 (read_transaction_record: for diagnostics)
-    _EPOCH, _IdDirectory, _next_producer_id, _offsets_from_json, _offsets_json, _tp_list, read_transaction_record)
+from streamkit.broker.transaction_state import (
+    EPOCH, IdDirectory, next_producer_id, offsets_from_json, offsets_json, tp_list)
 
 if TYPE_CHECKING:
     from streamkit.broker.broker import EmbeddedBroker
@@ -61,7 +60,7 @@ class TransactionCoordinator:
             if producer is None or producer.fenced or producer.closed:
                 if producer is not None:
                     producer.release()
-                producer = _Producer.take_over(self, _IdDirectory(self._root, transactional_id))
+                producer = _Producer.take_over(self, IdDirectory(self._root, transactional_id))
                 self._producers[transactional_id] = producer
         try:
             return producer.begin(timeout_ms)
@@ -83,7 +82,7 @@ class TransactionCoordinator:
         for name in names:
             if name.startswith((".", TRASH_PREFIX)) or not (self._root / name).is_dir():
                 continue
-            ids = _IdDirectory(self._root, unquote(name))
+            ids = IdDirectory(self._root, unquote(name))
             try:
                 with ids.lock():
                     record = ids.read()
@@ -103,7 +102,7 @@ class TransactionCoordinator:
                 ids.close()
         return resolved
 
-    def recover(self, ids: _IdDirectory, record: dict) -> dict:
+    def recover(self, ids: IdDirectory, record: dict) -> dict:
         """Under the id's .lock: roll a committing transaction forward, abort the one that
         may be open, make that durable; return the record to write next (sequence + 1)."""
         sequence = int(record["sequence"])
@@ -118,7 +117,7 @@ class TransactionCoordinator:
                 log = self._marker(topic, partition, txn, True)
                 if log is not None:
                     touched.append(log)
-            offsets, metadata = _offsets_from_json(record.get("offsets", {}))
+            offsets, metadata = offsets_from_json(record.get("offsets", {}))
             files.extend(self.apply_offsets(ids.transactional_id, txn, offsets, metadata))
         if record.get("active"):
             open_txn = transaction_id(producer_id, sequence + 1)
@@ -175,7 +174,7 @@ def _pending(record: dict) -> bool:
 class _Producer:
     """This broker instance's ownership of a transactional id, at one epoch."""
 
-    def __init__(self, coordinator: TransactionCoordinator, ids: _IdDirectory, record: dict,
+    def __init__(self, coordinator: TransactionCoordinator, ids: IdDirectory, record: dict,
                  owner_fd: int, epoch_fd: int) -> None:
         self.coordinator = coordinator
         self.ids = ids
@@ -190,21 +189,21 @@ class _Producer:
         self._record = record
         self._owner_fd = owner_fd
         self._epoch_fd = epoch_fd
-        self._epoch_bytes = _EPOCH.pack(self.epoch)
+        self._epoch_bytes = EPOCH.pack(self.epoch)
         self._unsynced_logs: set[PartitionLog] = set()  # markers of the last commit
         self._unsynced_files: set[Path] = set()  # offset files of the last commit
         self._needs_recovery = False
         self._mutex = threading.RLock()
 
     @classmethod
-    def take_over(cls, coordinator: TransactionCoordinator, ids: _IdDirectory) -> "_Producer":
+    def take_over(cls, coordinator: TransactionCoordinator, ids: IdDirectory) -> "_Producer":
         """Become the owner of the id: bump its epoch (fencing any other owner) and
         resolve what a previous owner left pending."""
         with ids.lock():
             record = ids.read()
             if record is None:
                 record = {"transactional_id": ids.transactional_id,
-                          "producer_id": _next_producer_id(coordinator._root), "epoch": -1,
+                          "producer_id": next_producer_id(coordinator._root), "epoch": -1,
                           "sequence": 0, "state": "complete", "active": False}
             epoch = int(record["epoch"]) + 1
             owner_fd = os.open(ids.owner_lock_path(epoch), os.O_RDWR | os.O_CREAT, 0o644)
@@ -212,7 +211,7 @@ class _Producer:
                 fcntl.flock(owner_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 epoch_fd = os.open(ids.epoch_path, os.O_RDWR | os.O_CREAT, 0o644)
                 try:
-                    os.pwrite(epoch_fd, _EPOCH.pack(epoch), 0)  # fences the old owner
+                    os.pwrite(epoch_fd, EPOCH.pack(epoch), 0)  # fences the old owner
                     os.fsync(epoch_fd)
                     ids.remove_temp_files()
                     if _pending(record):
@@ -275,7 +274,7 @@ class _Producer:
         with self._mutex, self.ids.lock():
             self.check_fence()
             self.registered.add(tp)
-            self._write_record(registered=_tp_list(self.registered))
+            self._write_record(registered=tp_list(self.registered))
 
     def commit(self, txn: "Transaction") -> None:
         with self._mutex:
@@ -290,8 +289,8 @@ class _Producer:
                 with self.ids.lock():
                     self.check_fence()
                     self._write_record(sequence=txn.sequence, state="committing",
-                                       partitions=_tp_list(txn.touched),
-                                       offsets=_offsets_json(txn.offsets, txn.metadata))
+                                       partitions=tp_list(txn.touched),
+                                       offsets=offsets_json(txn.offsets, txn.metadata))
             except ProducerFencedError:
                 self._done(txn, "fenced")
                 raise

@@ -13,7 +13,6 @@ from typing import Dict, List, Optional, Tuple
 import click
 import orjson
 
-from ..runtime.worker import run_worker
 from ..serdes import Json
 from ..core.records import TopicPartition
 from ..transport.factory import open_transport
@@ -64,7 +63,7 @@ def demo(events: int, directory: Optional[str], app_spec: str) -> None:
     click.echo(f"produced {events} page views to {url}")
 
     started = time.monotonic()
-    totals = run_worker(app, broker=url, until_idle=1.0)
+    totals = app.run(broker=url, until_idle=1.0)
     click.echo(f"worker processed {totals.records_processed} records in {time.monotonic() - started:.1f} s")
 
     counts = _final_counts(url, "page-counts")

@@ -8,7 +8,6 @@ from typing import Optional
 import click
 
 from ..errors import RecordError
-from ..runtime.worker import run_worker
 from .common import broker_option
 from .loading import load_app
 
@@ -34,8 +33,8 @@ def worker(app_spec: str, broker: Optional[str], until_idle: Optional[float], gu
     app = load_app(app_spec)
     url = app.resolve_broker(broker)
     try:
-        totals = run_worker(app, broker=url, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir,
-                            standby_replicas=standby_replicas)
+        totals = app.run(broker=url, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir,
+                         standby_replicas=standby_replicas)
     except RecordError as exc:
         log.error("worker stopped: %s", exc)
         raise click.ClickException(f"{exc} (offsets are committed only up to before this record)") from None

@@ -3,7 +3,7 @@ from .builder import StreamsBuilder
 from .grouped import GroupedStream, GroupedTable
 from .stream import BranchedStream, Stream
 from .table import Table
-from .windowed import SessionWindowedStream, TimeWindowedStream
+from .windowed_streams import SessionWindowedStream, TimeWindowedStream
 
 __all__ = ["StreamsBuilder", "Stream", "BranchedStream", "GroupedStream", "GroupedTable", "Table",
            "TimeWindowedStream", "SessionWindowedStream"]

@@ -47,7 +47,7 @@ class GroupedStream(_Grouped):
         """Aggregate per time window (``sk.TumblingWindows``, ``sk.HoppingWindows``,
         ``sk.SlidingWindows``) or per session (``sk.SessionWindows``): the result is a
         table keyed by ``sk.Windowed(key, start, end)``."""
-        from .windowed import windowed_by
+        from .windowed_streams import windowed_by
         return windowed_by(self._draft, self._parent, self._key_serde, self._value_serde, windows)
 
     def count(self, *, name: Optional[str] = None, changelog: bool = True) -> Table:

@@ -121,7 +121,7 @@ class CommitSteps:
         offsets, notes = self._offsets_and_notes()
         shared = self._producers[SHARED]
         self._changelog_ends.update(await shared.delivered())
-        await shared.commit_transaction(self.app.id, offsets, notes)
+        await shared.commit_transaction(self.app_id, offsets, notes)
         crash_point("commit.after_transaction")
         self._persist_all()
         await shared.begin_transaction()
@@ -142,7 +142,7 @@ class CommitSteps:
             producer = self._producers[tid]
             try:
                 self._changelog_ends.update(await producer.delivered())
-                await producer.commit_transaction(self.app.id, task.positions, self._commit_notes(tid))
+                await producer.commit_transaction(self.app_id, task.positions, self._commit_notes(tid))
             except TaskMigratedError as exc:
                 log.warning("task %s: %s", tid, exc)
                 self._close_task(tid, dirty=True)

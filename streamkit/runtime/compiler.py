@@ -26,7 +26,7 @@ from .operators.table_joins import (compile_fk_join, compile_fk_right_updates, c
 from .operators.tables import (compile_aggregate, compile_table_aggregate, compile_table_filter,
                                compile_table_group_by, compile_table_map_values, compile_table_source,
                                compile_to_stream)
-from .operators.windowed_aggregates import compile_session_aggregate, compile_windowed_aggregate
+from .operators.window_aggregations import compile_session_aggregate, compile_windowed_aggregate
 
 __all__ = ["COMPILERS", "CompileEnv", "Downstream", "compile_nodes", "compile_sub_topology", "fan_out",
            "user_error"]

@@ -19,15 +19,15 @@ import time
 import uuid
 from typing import Dict, FrozenSet, List, Optional
 
-from ..core.settings import GUARANTEES
+from ..core.app_config import AppConfig
 from ..errors import ConfigError, StreamkitError, TaskMigratedError
 from ..state.directory import StateDirectory, claim_state_directory
 from ..state.restore import restore_task_stores
+from ..topology import Topology
 from ..topology.passes import tasks_of
 from ..core.records import TopicPartition
 from ..transport.base import Consumer, GroupPlan, Membership, Producer, TaskAssignment, Transport
 from ..transport.factory import open_transport
-from .app_definition import AppDefinition
 from .assembly import TaskSettings, create_task
 from .commit import PURGE_INTERVAL, SHARED, CommitSteps
 from .collector import RecordCollector
@@ -58,17 +58,16 @@ MARKER_INTERVAL = 0.1  # s between progress markers of a task whose progress cha
 class Worker(CommitSteps):
     """Runs an app's tasks on a transport until stopped, idle, or failed."""
 
-    def __init__(self, app: AppDefinition, transport: Transport, *, until_idle: Optional[float] = None,
-                 guarantee: Optional[str] = None, state_dir: Optional[str] = None,
-                 standby_replicas: Optional[int] = None) -> None:
-        self.app = app
+    def __init__(self, topology: Topology, config: AppConfig, transport: Transport, *,
+                 until_idle: Optional[float] = None) -> None:
+        self.topology = topology
+        self.config = config
+        self.app_id = config.app_id
         self.transport = transport
         self.until_idle = until_idle
-        self.guarantee = guarantee or app.processing_guarantee
-        if self.guarantee not in GUARANTEES:
-            raise ConfigError(f"processing guarantee {self.guarantee!r}: use one of {', '.join(GUARANTEES)}")
-        self.exactly_once = self.guarantee == "exactly_once"
-        self.commit_interval = app.effective_commit_interval(self.guarantee).total_seconds()
+        self.guarantee = config.processing_guarantee
+        self.exactly_once = config.exactly_once
+        self.commit_interval = config.effective_commit_interval.total_seconds()
         timeout_ms = transport.transaction_timeout_ms
         if self.exactly_once and timeout_ms is not None and timeout_ms <= self.commit_interval * 1000:
             raise ConfigError(
@@ -87,15 +86,14 @@ class Worker(CommitSteps):
         """When a processing round stops early (monotonic s), so the loop can commit."""
         self._slice = SLICE
         """Records processed in one step: fewer when steps of SLICE take longer than MAX_BLOCKING."""
-        self.standby_replicas = app.num_standby_replicas if standby_replicas is None else standby_replicas
-        self._explicit_state_dir = state_dir or app.state_dir
+        self.standby_replicas = config.num_standby_replicas
+        self._explicit_state_dir = config.state_dir
         self._state: Optional[StateDirectory] = None
-        self.topology = app.build()
         self.tasks: Dict[str, Task] = {}
         self._task_of_partition: Dict[TopicPartition, Task] = {}
         self._inputs: Dict[str, TaskInputs] = {}
         """Per task: fetched records not processed yet (a task with several inputs may wait for one)."""
-        self._max_task_idle = app.max_task_idle.total_seconds()
+        self._max_task_idle = config.max_task_idle.total_seconds()
         self._stopping = False
         self._waiting_logged = False
         self._suspended = False
@@ -131,9 +129,9 @@ class Worker(CommitSteps):
 
     # -- life cycle -----------------------------------------------------------------
     async def run(self) -> None:
-        app, topology, transport = self.app, self.topology, self.transport
-        with_dlq = "dead_letter" in (app.deserialization_error_handler, app.processing_error_handler)
-        self.partitions = prepare_topics(topology, transport.admin, with_dlq=with_dlq)
+        config, topology, transport = self.config, self.topology, self.transport
+        app_id = self.app_id
+        self.partitions = prepare_topics(topology, transport.admin, with_dlq=config.uses_dead_letters)
         self._writers = repartition_writers(topology, self.partitions)
         self._marker_topics = {sub.id: written_repartition_topics(topology, sub.id)
                                for sub in topology.sub_topologies}
@@ -145,32 +143,32 @@ class Worker(CommitSteps):
                 TopicPartition(topic, partition) for topic in sorted(topology.source_nodes(sub))
                 if partition < self.partitions[topic])
         try:  # from here on, every client and the state-dir lock are released on failure
-            self._membership = transport.membership(app.id, GroupPlan(
+            self._membership = transport.membership(app_id, GroupPlan(
                 tasks=self._plan_tasks, standby_replicas=self.standby_replicas,
                 stateful=frozenset(t for t in self._plan_tasks
                                    if topology.sub_topologies[parse_task_id(t)[0]].store_names),
                 running=lambda: frozenset(self.tasks), local_state=self._local_state))
             self._state = claim_state_directory(
-                self._explicit_state_dir or default_state_dir(transport, app.id),
+                self._explicit_state_dir or default_state_dir(transport, app_id),
                 exclusive=self._membership.group_managed, explicit=self._explicit_state_dir is not None)
             self.settings = TaskSettings(
-                deserialization_error_handler=app.deserialization_error_handler,
-                processing_error_handler=app.processing_error_handler,
-                store_backend=app.store_backend, state_dir=self._state.path, caching=app.caching,
-                close_idle_windows_after_ms=app.close_idle_windows_after_ms)
+                deserialization_error_handler=config.deserialization_error_handler,
+                processing_error_handler=config.processing_error_handler,
+                store_backend=config.store_backend, state_dir=self._state.path, caching=config.caching,
+                close_idle_windows_after_ms=config.close_idle_windows_after_ms)
             self._consumer = with_external_sources(
-                self._membership.consumer() or transport.consumer(app.id, read_committed=True), topology)
-            self._restore_consumer = _reader(transport, app.id)
-            self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app.id))
-            self._globals = GlobalTables(topology, backend=app.store_backend, state_dir=self._state.path,
-                                         consumer=_reader(transport, app.id) if topology.global_tables else None)
+                self._membership.consumer() or transport.consumer(app_id, read_committed=True), topology)
+            self._restore_consumer = _reader(transport, app_id)
+            self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app_id))
+            self._globals = GlobalTables(topology, backend=config.store_backend, state_dir=self._state.path,
+                                         consumer=_reader(transport, app_id) if topology.global_tables else None)
             if self.exactly_once and not self._per_task_producers:
-                self._producers[SHARED] = transport.producer(transactional_id=f"{app.id}-{uuid.uuid4().hex[:12]}")
+                self._producers[SHARED] = transport.producer(transactional_id=f"{app_id}-{uuid.uuid4().hex[:12]}")
             elif not self.exactly_once:
                 self._producers[SHARED] = transport.producer()
             transport.start_housekeeping()
             self._housekeeping = True
-            log.info("worker for app %s on %s: %d task(s) in the group, %s, state in %s", app.id,
+            log.info("worker for app %s on %s: %d task(s) in the group, %s, state in %s", app_id,
                      transport.url, len(self._plan_tasks), self.guarantee, self._state.path)
             if SHARED in self._producers and self.exactly_once:
                 await self._producers[SHARED].begin_transaction()
@@ -196,7 +194,7 @@ class Worker(CommitSteps):
         self._progress = _Progress(now)
         idle_since: Optional[float] = now  # start of the current run of empty fetches
         next_topic_check = now + TOPIC_CHECK_INTERVAL
-        cache_limit = self.app.cache_max_bytes
+        cache_limit = self.config.cache_max_bytes
         assert self._membership is not None
         waits_for_group = self._membership.group_managed  # not idle before the group assigned tasks
         next_markers = now + MARKER_INTERVAL
@@ -245,12 +243,12 @@ class Worker(CommitSteps):
         for topic, partitions in self.partitions.items():
             actual = counts.get(topic)
             if actual is None:
-                raise StreamkitError(f"topic '{topic}' was deleted while app {self.app.id} ran on "
+                raise StreamkitError(f"topic '{topic}' was deleted while app {self.app_id} ran on "
                                      f"{self.transport.url}; recreate it with {partitions} partition(s) "
                                      "and restart the workers")
             if actual != partitions:
                 raise StreamkitError(f"topic '{topic}' now has {actual} partition(s) but app "
-                                     f"{self.app.id} started with {partitions} (deleted and recreated "
+                                     f"{self.app_id} started with {partitions} (deleted and recreated "
                                      "while the app ran?); keys would land on the wrong tasks")
 
     async def _process_available(self) -> bool:
@@ -340,7 +338,7 @@ class Worker(CommitSteps):
             if spec is not None and spec.internal:
                 raise StreamkitError(
                     f"internal topic {tp.topic}[{tp.partition}]: offsets {first} to {end - 1} were deleted "
-                    f"before app {self.app.id} read them; its results would be wrong. Reset the app "
+                    f"before app {self.app_id} read them; its results would be wrong. Reset the app "
                     "(delete its group, internal topics and state) and reprocess")
             log.warning("%s[%d]: %d record(s) at offsets %d to %d were deleted (retention, compaction or an "
                         "offset reset) before task %s read them: they are lost to this app", tp.topic,
@@ -388,11 +386,11 @@ class Worker(CommitSteps):
         if assignment is None:
             if not self.tasks and not self._waiting_logged and not membership.group_managed:
                 log.warning("all %d task(s) of app %s are owned by other workers (%s); waiting",
-                            len(self._plan_tasks), self.app.id, self._owners())
+                            len(self._plan_tasks), self.app_id, self._owners())
                 self._waiting_logged = True
             return False
         if assignment.error:
-            raise StreamkitError(f"app {self.app.id}: {assignment.error}")
+            raise StreamkitError(f"app {self.app_id}: {assignment.error}")
         started = await self._apply_assignment(assignment)
         self._suspended = False
         self._assigned_once = True
@@ -431,7 +429,7 @@ class Worker(CommitSteps):
         if self._per_task_producers:
             # Fences any older producer of this task (a zombie owner) and aborts its open
             # transaction, before the changelogs are restored and offsets read.
-            producer = self.transport.producer(transactional_id=f"{self.app.id}-{sub_id}-{partition}")
+            producer = self.transport.producer(transactional_id=f"{self.app_id}-{sub_id}-{partition}")
             self._producers[tid] = producer  # registered first: closed at shutdown even if this fails
             await producer.begin_transaction()
         task = create_task(self.topology, sub, partition, partitions=self.partitions,
@@ -650,14 +648,12 @@ def tune_gc_for_streaming() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-def run_worker(app: AppDefinition, *, broker: str, until_idle: Optional[float] = None, guarantee: Optional[str] = None,
-               state_dir: Optional[str] = None, config_file: Optional[str] = None,
-               standby_replicas: Optional[int] = None) -> TaskMetrics:
+def run_worker(topology: Topology, config: AppConfig, *, broker: str, until_idle: Optional[float] = None,
+               config_file: Optional[str] = None) -> TaskMetrics:
     """Run a worker in this process until SIGINT/SIGTERM, ``until_idle``, or an error."""
     tune_gc_for_streaming()
-    transport = open_transport(broker, kafka_config=app.kafka_config, config_file=config_file)
-    worker = Worker(app, transport, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir,
-                    standby_replicas=standby_replicas)
+    transport = open_transport(broker, kafka_config=config.kafka_config, config_file=config_file)
+    worker = Worker(topology, config, transport, until_idle=until_idle)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

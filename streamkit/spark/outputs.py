@@ -116,7 +116,7 @@ def write_topic_parquet(spark: Any, job: ReplayJob, rows: Any, topic: str, path:
 
 
 def _key_text(serde: Serde, key: Optional[bytes]) -> Tuple[Optional[str], Optional[int], Optional[int]]:
-    from ..windowing.windowed import Windowed
+    from ..windowing.windowed_keys import Windowed
 
     if key is None:
         return None, None, None

@@ -199,7 +199,7 @@ def store_rows(task: Task) -> Iterator[StoreRow]:
 
 
 def _json_text(obj: Any) -> Any:
-    from ..windowing.windowed import Windowed
+    from ..windowing.windowed_keys import Windowed
 
     if obj is None:
         return None

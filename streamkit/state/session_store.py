@@ -16,7 +16,7 @@ import struct
 from typing import Any, Callable, Iterator, Optional, Tuple
 
 from ..errors import SerializationError
-from ..windowing.windowed import Windowed
+from ..windowing.windowed_keys import Windowed
 from .segmented import STREAM_TIME_KEY
 from .window_store import TimeOrderedStore
 

@@ -3,7 +3,7 @@
 Layers: a :class:`~streamkit.state.segmented.SegmentedBytesStore` (segmented by
 window start) under a task's :class:`WriteBuffer`, under this typed store.
 
-Keys are :func:`~streamkit.windowing.windowed.window_store_key` (4-byte length,
+Keys are :func:`~streamkit.windowing.windowed_keys.window_store_key` (4-byte length,
 key, 8-byte start), so one key's windows are one contiguous range by start.
 Values are ``<8-byte timestamp>[<8-byte first timestamp>]<value bytes>``: the
 largest record timestamp in the window and, for stores created
@@ -18,7 +18,7 @@ import struct
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from ..serdes import Serde
-from ..windowing.windowed import Windowed, split_window_store_key
+from ..windowing.windowed_keys import Windowed, split_window_store_key
 from .segmented import STREAM_TIME_KEY, SegmentedBytesStore, decode_stream_time, encode_stream_time
 from .write_buffer import WriteBuffer
 

@@ -11,7 +11,7 @@ layer uses them) and re-exported here.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..core.records import (Headers, OutgoingRecord, PartitionOffsets, RawRecord,  # noqa: F401 (re-exported)

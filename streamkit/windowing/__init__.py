@@ -3,7 +3,7 @@
 See ``windows`` for the bounds and closing rule of each window type and
 ``windowed`` for the ``Windowed`` key, its serde and the window-store key layouts.
 """
-from .windowed import (Windowed, WindowedSerde, split_window_store_key, split_window_store_time_key,
+from .windowed_keys import (Windowed, WindowedSerde, split_window_store_key, split_window_store_time_key,
                        window_store_key, window_store_time_key)
 from .windows import (HoppingWindows, SessionMerge, SessionWindows, SlidingWindows, SlidingWindowUpdate,
                       TumblingWindows, Windows)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import ClassVar, Collection, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import ClassVar, Collection, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from ..errors import ConfigError
 

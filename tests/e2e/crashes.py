@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 
 from streamkit.transport.embedded import EmbeddedBroker
 
-from .conftest import REPO
+from tests.cli_processes import REPO
 
 
 def run_worker(workdir: Path, broker_dir: Path, module: str, guarantee: str, crash_at: Optional[str],

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 
-from .conftest import REPO
+from tests.cli_processes import REPO
 
 VIEWS = 900
 

@@ -13,7 +13,7 @@ from typing import List
 
 import pytest
 
-from .conftest import REPO, final_table
+from tests.cli_processes import REPO, final_table
 
 GENERATOR = [sys.executable, "-m", "apps.generate_pageviews"]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -14,7 +14,6 @@ import streamkit as sk
 from streamkit.errors import StreamkitError
 from streamkit.runtime import commit as commit_module
 from streamkit.runtime import worker as worker_module
-from streamkit.runtime.worker import run_worker
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded import EmbeddedBroker
 
@@ -42,12 +41,12 @@ def test_records_deleted_before_the_worker_read_them_are_logged_and_counted(tmp_
     _produce(directory, 0, 500)
     _produce(directory, 1, 500)
     app = _count_app("lost")
-    run_worker(app, broker=f"embedded://{directory}", until_idle=1.0)  # committed: 500 of events[0]
+    app.run(broker=f"embedded://{directory}", until_idle=1.0)  # committed: 500 of events[0]
     _produce(directory, 0, 500, first_ts=2_000)  # offsets 500-999, then retention takes 500-899
     with EmbeddedBroker(directory) as broker:
         broker.delete_records({TopicPartition("events", 0): 900})
     with caplog.at_level(logging.WARNING):
-        totals = run_worker(app, broker=f"embedded://{directory}", until_idle=1.0)
+        totals = app.run(broker=f"embedded://{directory}", until_idle=1.0)
     assert totals.records_lost_to_retention == 400
     warnings = [r.getMessage() for r in caplog.records if "deleted" in r.getMessage()]
     assert any("events[0]: 400 record(s) at offsets 500 to 899" in w for w in warnings), warnings
@@ -59,7 +58,7 @@ def test_a_gap_in_a_repartition_topic_stops_the_worker(tmp_path: Path) -> None:
     directory = tmp_path / "broker"
     _produce(directory, 0, 300)
     app = _count_app("gap")
-    run_worker(app, broker=f"embedded://{directory}", until_idle=1.0)
+    app.run(broker=f"embedded://{directory}", until_idle=1.0)
     repartition = "gap-counts-repartition"
     with EmbeddedBroker(directory) as broker:
         committed = broker.committed_offsets("gap")[TopicPartition(repartition, 0)]
@@ -68,7 +67,7 @@ def test_a_gap_in_a_repartition_topic_stops_the_worker(tmp_path: Path) -> None:
         broker.delete_records({TopicPartition(repartition, 0): committed + 5})
     with pytest.raises(StreamkitError, match=rf"internal topic {repartition}\[0\]: offsets {committed} to "
                                              rf"{committed + 4} were deleted"):
-        run_worker(app, broker=f"embedded://{directory}", until_idle=1.0)
+        app.run(broker=f"embedded://{directory}", until_idle=1.0)
 
 
 def test_repartition_topics_are_purged_below_the_committed_offsets(tmp_path: Path, monkeypatch) -> None:
@@ -78,7 +77,7 @@ def test_repartition_topics_are_purged_below_the_committed_offsets(tmp_path: Pat
     _produce(directory, 0, 2_000)
     _produce(directory, 1, 2_000)
     app = _count_app("purged")
-    run_worker(app, broker=f"embedded://{directory}", until_idle=1.0)
+    app.run(broker=f"embedded://{directory}", until_idle=1.0)
     with EmbeddedBroker(directory) as broker:
         committed = broker.committed_offsets("purged")
         meta = broker.topic("purged-counts-repartition")

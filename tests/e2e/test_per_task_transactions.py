@@ -17,7 +17,6 @@ import pytest
 
 import streamkit as sk
 from streamkit import faults
-from streamkit.runtime.worker import Worker
 from streamkit.transport.embedded import EmbeddedBroker
 from streamkit.transport.embedded.transport import EmbeddedTransport
 
@@ -64,7 +63,7 @@ def _final_counts(directory: Path) -> Dict[str, int]:
 def _run(app: sk.App, directory: Path, state: Path, **transport_options) -> None:
     transport = EmbeddedTransport(str(directory), transactional_id_per_task=True, **transport_options)
     try:
-        asyncio.run(Worker(app, transport, until_idle=3.0, state_dir=str(state)).run())
+        asyncio.run(app.worker(transport, until_idle=3.0, state_dir=str(state)).run())
     finally:
         transport.close()
 
@@ -131,6 +130,6 @@ def test_a_transaction_timeout_not_above_the_commit_interval_is_refused(tmp_path
     try:
         with pytest.raises(sk.errors.ConfigError, match=r"transaction_timeout_ms \(100\) must be larger than "
                                                          r"the commit interval \(100 ms\)"):
-            Worker(_count_app("refused", {}), transport, state_dir=str(tmp_path / "state"))
+            _count_app("refused", {}).worker(transport, state_dir=str(tmp_path / "state"))
     finally:
         transport.close()

@@ -13,7 +13,6 @@ from typing import List, Tuple
 import orjson
 
 import streamkit as sk
-from streamkit.runtime.worker import Worker
 from streamkit.transport.embedded import EmbeddedBroker
 from streamkit.transport.embedded.transport import EmbeddedTransport
 
@@ -45,7 +44,7 @@ def _produce(directory: Path, records: List[Tuple[bytes, bytes]]) -> None:
 def _run(directory: Path, state: Path) -> None:
     transport = EmbeddedTransport(str(directory))
     try:
-        asyncio.run(Worker(_app(), transport, until_idle=1.0, state_dir=str(state)).run())
+        asyncio.run(_app().worker(transport, until_idle=1.0, state_dir=str(state)).run())
     finally:
         transport.close()
 

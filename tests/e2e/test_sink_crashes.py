@@ -33,7 +33,7 @@ import pytest
 from streamkit.transport.embedded import EmbeddedBroker
 from streamkit.transport.partitioner import partition_for_key
 
-from .conftest import REPO
+from tests.cli_processes import REPO
 
 PARTITIONS = 3
 USERS = 97

@@ -11,7 +11,7 @@ from pathlib import Path
 from streamkit.state.rocksdb import RocksDBBytesStore
 from streamkit.transport.embedded import EmbeddedBroker
 
-from .conftest import final_table
+from tests.cli_processes import final_table
 
 COUNT_APP = textwrap.dedent("""
     from datetime import timedelta

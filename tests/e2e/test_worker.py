@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .conftest import final_table
+from tests.cli_processes import final_table
 
 PAGES = ["Home", "home", "DOCS", "pricing", "Blog"]
 

@@ -11,7 +11,6 @@ from typing import Dict
 import orjson
 
 import streamkit as sk
-from streamkit.runtime.worker import Worker
 from streamkit.transport.embedded import EmbeddedBroker
 from streamkit.transport.embedded.transport import EmbeddedTransport
 
@@ -59,7 +58,7 @@ def test_until_idle_processes_what_its_final_commit_flushed_to_its_own_input(tmp
     try:
         # The commit interval (60 s) never comes: only the final commit flushes per-user counts,
         # into the repartition topic of the second aggregation.
-        asyncio.run(Worker(_two_stage_app("flush"), transport, until_idle=0.5,
+        asyncio.run(_two_stage_app("flush").worker(transport, until_idle=0.5,
                            state_dir=str(tmp_path / "state")).run())
     finally:
         transport.close()
@@ -72,7 +71,7 @@ def test_housekeeping_stops_with_the_worker(tmp_path: Path) -> None:
     transport = EmbeddedTransport(str(directory))
     try:
         for run in range(2):  # the second worker used to fail: "housekeeping is already running"
-            asyncio.run(Worker(_two_stage_app("housekeeping"), transport, until_idle=0.3,
+            asyncio.run(_two_stage_app("housekeeping").worker(transport, until_idle=0.3,
                                state_dir=str(tmp_path / f"state-{run}")).run())
             assert transport.broker._housekeeper._thread is None
     finally:

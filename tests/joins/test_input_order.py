@@ -9,7 +9,6 @@ import orjson
 
 import streamkit as sk
 from streamkit.runtime.task_inputs import TaskInputs
-from streamkit.runtime.worker import run_worker
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded import EmbeddedBroker
 from streamkit.transport.embedded.transport import MAX_RECORDS_PER_FETCH, EmbeddedTransport
@@ -90,7 +89,7 @@ def test_a_stream_table_join_sees_the_table_as_of_each_records_time(tmp_path: Pa
     @app.topology
     def build(b: sk.StreamsBuilder) -> None:
         b.stream("trades").join(b.table("prices"), lambda trade, price: [trade, price]).to("priced")
-    run_worker(app, broker=url, until_idle=1.0)
+    app.run(broker=url, until_idle=1.0)
 
     broker = EmbeddedBroker(tmp_path / "broker")
     reader = broker.reader("priced", 0, read_committed=True)

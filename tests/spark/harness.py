@@ -91,9 +91,7 @@ def driver_outputs(app: Any, records: Sequence[Tuple[str, Any, Any, int]]) -> Ou
 def worker_outputs(app: Any, directory: str, until_idle: float = 1.0) -> Outputs:
     """Run the embedded worker over ``directory`` until idle; every output topic it wrote,
     read back from the broker in (partition, offset) order."""
-    from streamkit.runtime.worker import run_worker
-
-    run_worker(app, broker=f"embedded://{directory}", until_idle=until_idle)
+    app.run(broker=f"embedded://{directory}", until_idle=until_idle)
     topology = app.build()
     produced = {t for sub in topology.sub_topologies for t in sub.sink_topics}
     outputs: Outputs = {}

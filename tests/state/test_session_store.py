@@ -14,7 +14,7 @@ from streamkit.state.segmented import STREAM_TIME_KEY, SegmentedBytesStore
 from streamkit.state.session_store import (SessionStore, session_store_key, session_time_of,
                                            split_session_store_key)
 from streamkit.state.write_buffer import WriteBuffer
-from streamkit.windowing.windowed import Windowed
+from streamkit.windowing.windowed_keys import Windowed
 
 BACKENDS = ["memory", "rocksdb"]
 _Q = struct.Struct(">Q")

@@ -13,7 +13,7 @@ from streamkit.state.rocksdb import RocksDBBytesStore
 from streamkit.state.segmented import STREAM_TIME_KEY, SegmentedBytesStore, encode_stream_time
 from streamkit.state.window_store import WindowStore, window_time_of
 from streamkit.state.write_buffer import WriteBuffer
-from streamkit.windowing.windowed import Windowed, window_store_key
+from streamkit.windowing.windowed_keys import Windowed, window_store_key
 
 BACKENDS = ["memory", "rocksdb"]
 SIZE = 10

@@ -12,7 +12,7 @@ import pytest
 from streamkit.errors import ConfigError
 from streamkit.windowing import (HoppingWindows, SessionMerge, SessionWindows, SlidingWindows,
                                  SlidingWindowUpdate, TumblingWindows)
-from streamkit.windowing import windowed as windowed_module
+from streamkit.windowing import windowed_keys as windowed_module
 from streamkit.windowing import windows as windows_module
 
 MS = timedelta(milliseconds=1)

@@ -64,7 +64,7 @@ def build_app(scenario: str, app_id: str, source: str, sink: str, table: Optiona
 
 
 def run(spec: dict, probe: Probe) -> None:
-    from streamkit.runtime.worker import Worker, tune_gc_for_streaming
+    from streamkit.runtime.worker import tune_gc_for_streaming
     from streamkit.transport.factory import open_transport
 
     app = build_app(spec["scenario"], spec["app_id"], spec["source"], spec["sink"], spec.get("table"),
@@ -72,7 +72,7 @@ def run(spec: dict, probe: Probe) -> None:
                     fetch_max_wait_ms=spec.get("fetch_max_wait_ms"))
     tune_gc_for_streaming()
     transport = open_transport(f"kafka://{spec['bootstrap']}", kafka_config=app.kafka_config)
-    worker = Worker(app, transport, until_idle=spec.get("safety_idle_s", 30.0), state_dir=spec["state_dir"])
+    worker = app.worker(transport, until_idle=spec.get("safety_idle_s", 30.0), state_dir=spec["state_dir"])
     probe.count_aiokafka_fetches(spec["source"])
     probe.wrap_async_commit(Worker, "_commit")  # one commit round: every task, flush or transactions
     # Stop once every input record was fetched and none waits in a task's input buffer (a

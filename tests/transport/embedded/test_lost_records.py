@@ -14,7 +14,7 @@ from streamkit.transport.base import PartitionOffsets, TopicPartition
 from streamkit.transport.embedded import EmbeddedBroker
 from streamkit.broker.errors import UnknownPartitionError, UnknownTopicError
 from streamkit.transport.embedded.transport import EmbeddedConsumer
-from tests.transport.embedded.test_housekeeping import fill, partition_dir, read_all, segments
+from tests.broker.test_housekeeping import fill, partition_dir, read_all, segments
 
 TP = TopicPartition("t", 0)
 

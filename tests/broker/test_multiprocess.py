@@ -9,7 +9,7 @@ import pytest
 
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded import EmbeddedBroker, TopicExistsError
-from tests.transport.embedded.subprocesses import TIMEOUT, finish, spawn
+from tests.broker.subprocesses import TIMEOUT, finish, spawn
 
 
 

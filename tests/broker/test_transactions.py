@@ -12,8 +12,8 @@ import pytest
 from streamkit.transport.base import TopicPartition as TP
 from streamkit.transport.embedded import (
     EmbeddedBroker, ProducerFencedError, TransactionStateError)
-from streamkit.broker.transactions import read_transaction_record
-from tests.transport.embedded.subprocesses import (
+from streamkit.broker.transaction_state import read_transaction_record
+from tests.broker.subprocesses import (
     TIMEOUT, finish, run_json, spawn, wait_for_line)
 
 
@@ -331,7 +331,7 @@ CRASHER = """
     # the second transaction (sequence 2) reaching its commit point / being recorded aborted
     committing = lambda self, record: (record["state"], record["sequence"]) == ("committing", 2)
     complete = lambda self, record: (record["state"], record["sequence"]) == ("complete", 2)
-    write_record = state._IdDirectory.write
+    write_record = state.IdDirectory.write
     def torn_commit_point(self, record):  # the commit point's pwrite is torn
         if not committing(self, record):
             return write_record(self, record)
@@ -349,15 +349,15 @@ CRASHER = """
         "after_first_append": lambda: hook(PartitionLog, "append", "after", 1, transactional),
         "torn_append": lambda: setattr(PartitionLog, "_write", torn_write),
         "before_fsync": lambda: hook(tx, "sync_all", "before"),
-        "before_commit_point": lambda: hook(state._IdDirectory, "write", "before", 1, committing),
-        "torn_commit_point": lambda: setattr(state._IdDirectory, "write", torn_commit_point),
-        "after_commit_point": lambda: hook(state._IdDirectory, "write", "after", 1, committing),
+        "before_commit_point": lambda: hook(state.IdDirectory, "write", "before", 1, committing),
+        "torn_commit_point": lambda: setattr(state.IdDirectory, "write", torn_commit_point),
+        "after_commit_point": lambda: hook(state.IdDirectory, "write", "after", 1, committing),
         "after_first_marker": lambda: hook(PartitionLog, "append_marker", "after"),
         "after_markers": lambda: hook(tx.TransactionCoordinator, "apply_offsets", "before"),
         "after_first_group": lambda: hook(GroupStore, "commit", "after"),
         "after_commit": lambda: None,
         "abort_after_first_marker": lambda: hook(PartitionLog, "append_marker", "after"),
-        "abort_before_record": lambda: hook(state._IdDirectory, "write", "before", 1, complete),
+        "abort_before_record": lambda: hook(state.IdDirectory, "write", "before", 1, complete),
     }
 
     broker = EmbeddedBroker(directory)

@@ -12,7 +12,7 @@ import pytest
 from streamkit.transport.base import PartitionOffsets
 from streamkit.transport.embedded import EmbeddedBroker
 from streamkit.broker.batch_format import FLAG_COMPACTED, HEADER
-from tests.transport.embedded.subprocesses import TIMEOUT, finish, spawn, wait_for_line
+from tests.broker.subprocesses import TIMEOUT, finish, spawn, wait_for_line
 
 DAY = 86_400_000
 

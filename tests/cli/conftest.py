@@ -1,0 +1,2 @@
+"""Fixtures: the real ``streamkit`` CLI in subprocesses (see tests/cli_processes.py)."""
+from tests.cli_processes import broker_dir, cli, spawn  # noqa: F401 (fixtures)
