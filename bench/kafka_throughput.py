@@ -276,7 +276,7 @@ async def raw_passthrough(bootstrap: str, source: str, sink: str, group: str, ex
 def run_streamkit(spec: dict, probe: Probe) -> None:
     """Run the scenario's app as ``streamkit worker`` does (``run_worker``), stopping
     it once every input record was fetched: it then commits and leaves the group."""
-    from streamkit.runtime.worker import tune_gc_for_streaming
+    from streamkit.runtime.worker import Worker, tune_gc_for_streaming
     from streamkit.transport.factory import open_transport
 
     make_app = SCENARIOS[spec["scenario"]].make_app

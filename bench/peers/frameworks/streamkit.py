@@ -64,7 +64,7 @@ def build_app(scenario: str, app_id: str, source: str, sink: str, table: Optiona
 
 
 def run(spec: dict, probe: Probe) -> None:
-    from streamkit.runtime.worker import tune_gc_for_streaming
+    from streamkit.runtime.worker import Worker, tune_gc_for_streaming
     from streamkit.transport.factory import open_transport
 
     app = build_app(spec["scenario"], spec["app_id"], spec["source"], spec["sink"], spec.get("table"),
