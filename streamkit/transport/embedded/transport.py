@@ -14,7 +14,12 @@ from ...broker.errors import ProducerFencedError
 Admin.register(EmbeddedBroker)  # the broker implements the Admin interface without importing it
 
 MAX_RECORDS_PER_FETCH = 10_000
-_IDLE_SLEEP = 0.01  # s between looks at the log when nothing is there
+FIRST_IDLE_SLEEP = 0.0005
+"""s before the first look again at a log that had nothing new; doubled after each empty
+look up to IDLE_SLEEP, back here once records come. A record written while the consumer
+is following a busy log is seen within about a millisecond; an idle consumer looks about
+100 times a second (the other processes appending to the log cannot wake it)."""
+IDLE_SLEEP = 0.01
 HOUSEKEEPING_INTERVAL = 30.0  # s between retention/compaction passes in a worker
 
 
@@ -24,6 +29,7 @@ class EmbeddedConsumer(Consumer):
         self._group = group
         self._read_committed = read_committed
         self._readers: Dict[TopicPartition, object] = {}
+        self._idle_sleep = FIRST_IDLE_SLEEP
 
     def assign(self, partitions: Sequence[TopicPartition], positions: Mapping[TopicPartition, int]) -> None:
         for tp in partitions:
@@ -62,9 +68,14 @@ class EmbeddedConsumer(Consumer):
                 records = reader.read(MAX_RECORDS_PER_FETCH)
                 if records:
                     out.append(FetchedBatch(tp.topic, tp.partition, records))
-            if out or time.monotonic() >= deadline:
+            if out:
+                self._idle_sleep = FIRST_IDLE_SLEEP
                 return out
-            await asyncio.sleep(_IDLE_SLEEP)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return out
+            await asyncio.sleep(min(self._idle_sleep, left))
+            self._idle_sleep = min(self._idle_sleep * 2, IDLE_SLEEP)
 
     async def commit(self, offsets: Mapping[TopicPartition, int],
                      metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
