@@ -109,7 +109,7 @@ def test_defaults():
     assert cfg.ssl_check_hostname is True
     assert cfg.client_id == "streamkit"
     assert cfg.compression_type == "none"
-    assert (cfg.linger_ms, cfg.max_batch_size, cfg.request_timeout_ms) == (5, 1048576, 30000)
+    assert (cfg.linger_ms, cfg.max_batch_size, cfg.request_timeout_ms) == (0, 1048576, 30000)
     assert (cfg.session_timeout_ms, cfg.heartbeat_interval_ms, cfg.max_poll_interval_ms) == \
         (10000, 3000, 300000)
     assert cfg.group_instance_id is None and cfg.replication_factor is None
@@ -260,7 +260,7 @@ def test_bootstrap_servers_key_points_at_the_url(tmp_path):
 
 def test_other_environment_variables_are_ignored():
     cfg = build(environ={"STREAMKIT_BROKER": "kafka://x", "KAFKA_LINGER_MS": "99", "PATH": "/bin"})
-    assert cfg.linger_ms == 5
+    assert cfg.linger_ms == 0
 
 
 # ---------------------------------------------------------------- typed values from app and file

@@ -262,9 +262,11 @@ def test_a_failed_delivery_leaves_the_transaction_to_abort_on_the_broker() -> No
         producer, fake = producer_with_fake()
         try:
             await producer.begin_transaction()
-            failed = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            failed, handed_over = loop.create_future(), loop.create_future()
             failed.set_exception(KafkaConnectionError("Connection at 127.0.0.1:9 closed"))
-            producer._pending.append(("orders-out", 0, 3, failed))  # a batch whose ack failed
+            handed_over.set_result([(3, failed)])
+            producer._pending.append(("orders-out", 0, handed_over))  # a batch whose ack failed
             with pytest.raises(StreamkitError, match=r"producing to orders-out\[0\]"):
                 await producer.commit_transaction(GROUP, OFFSETS)
             await producer.abort_transaction()

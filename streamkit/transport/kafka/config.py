@@ -237,7 +237,11 @@ class KafkaClientConfig:
     sasl_password: Secret | None = None
     client_id: str = "streamkit"
     compression_type: str = "none"
-    linger_ms: int = 5
+    linger_ms: int = 0
+    """How long aiokafka holds a batch before sending it. The worker hands over whole
+    batches (a processing round's output per partition), so waiting adds latency and
+    gathers nothing more; a batch that finds the previous one still in flight waits
+    for it anyway."""
     max_batch_size: int = 1048576
     request_timeout_ms: int = 30000
     session_timeout_ms: int = 10000

@@ -81,8 +81,10 @@ class KafkaProducer(Producer):
         self._unusable: Optional[StreamkitError] = None
         """Why this producer cannot be used again (fenced, or a transaction it could not
         abort); begin/send/commit raise a copy of it."""
-        self._pending: List[Tuple[str, int, int, asyncio.Future]] = []
-        """Batches handed to aiokafka whose acks are not awaited yet."""
+        self._pending: List[Tuple[str, int, asyncio.Future]] = []
+        """Per send and partition, its hand-over to aiokafka (see :meth:`send`), not awaited yet."""
+        self._handing_over: Dict[Tuple[str, int], asyncio.Future] = {}
+        """Per partition, its latest hand-over (the next one waits for it)."""
 
     async def start(self) -> None:
         """Connect; with a transactional id, fence older producers of that id (InitProducerId)
@@ -117,43 +119,71 @@ class KafkaProducer(Producer):
             raise type(self._unusable)(str(self._unusable))
 
     async def send(self, batches: Sequence[Tuple[str, int, Sequence[OutgoingRecord]]]) -> Dict[TopicPartition, int]:
-        """Hand the batches to aiokafka without waiting for the broker's acks (they are awaited
-        in :meth:`delivered`, before the commit): the worker goes on processing meanwhile."""
+        """Build the record batches and hand them to aiokafka in the background; neither the
+        hand-over nor the broker's acks are awaited here (:meth:`delivered` awaits both,
+        before the commit), so the worker goes on fetching and processing meanwhile.
+
+        aiokafka takes one batch per partition at a time (a second waits until the first
+        is on its way); each partition's hand-overs are chained, so its batches keep their
+        order, and a failed one fails the ones after it. Errors surface in :meth:`delivered`.
+        """
         self._check_usable()
         await self.start()
         if self.transactional_id is not None and not self._in_transaction:
             raise RuntimeError("transactional producer: call begin_transaction() before send()")
-        kafka = self._kafka
-        pending = self._pending
-        try:
-            for topic, partition, records in batches:
-                builder = kafka.create_batch()
-                for key, value, timestamp, headers in records:
-                    if builder.append(key=key, value=value, timestamp=timestamp,
-                                      headers=list(headers) if headers else _NO_HEADERS) is None:
-                        pending.append((topic, partition, builder.record_count(),
-                                        await kafka.send_batch(builder, topic, partition=partition)))
-                        builder = kafka.create_batch()
-                        builder.append(key=key, value=value, timestamp=timestamp,
-                                       headers=list(headers) if headers else _NO_HEADERS)
-                if builder.record_count():
-                    pending.append((topic, partition, builder.record_count(),
-                                    await kafka.send_batch(builder, topic, partition=partition)))
-        except KafkaError as exc:
-            raise self._failure(exc, batches) from None
+        for topic, partition, records in batches:
+            builders = self._build(records)
+            if not builders:
+                continue
+            previous = self._handing_over.get((topic, partition))
+            hand_over = asyncio.ensure_future(self._hand_over(previous, builders, topic, partition))
+            self._handing_over[(topic, partition)] = hand_over
+            self._pending.append((topic, partition, hand_over))
         return {}
 
+    def _build(self, records: Sequence[OutgoingRecord]) -> list:
+        """aiokafka batch builders holding ``records`` (one unless they overflow a batch)."""
+        kafka = self._kafka
+        builders = []
+        builder = kafka.create_batch()
+        for key, value, timestamp, headers in records:
+            if builder.append(key=key, value=value, timestamp=timestamp,
+                              headers=list(headers) if headers else _NO_HEADERS) is None:
+                builders.append(builder)
+                builder = kafka.create_batch()
+                builder.append(key=key, value=value, timestamp=timestamp,
+                               headers=list(headers) if headers else _NO_HEADERS)
+        if builder.record_count():
+            builders.append(builder)
+        return builders
+
+    async def _hand_over(self, previous: Optional[asyncio.Future], builders: list, topic: str,
+                         partition: int) -> List[Tuple[int, asyncio.Future]]:
+        """``(record count, ack future)`` per batch, handed over after ``previous`` (the
+        partition's earlier hand-over, whose failure fails this one)."""
+        if previous is not None:
+            await previous
+        return [(builder.record_count(), await self._kafka.send_batch(builder, topic, partition=partition))
+                for builder in builders]
+
     async def delivered(self) -> Dict[TopicPartition, int]:
+        """Await every batch sent since the last call until the broker acknowledged it; the
+        offset after each partition's last record. Raises the first failure (fencing as
+        TaskMigratedError), cancelling what is left."""
         pending, self._pending = self._pending, []
+        self._handing_over = {}
         ends: Dict[TopicPartition, int] = {}
         try:
-            for topic, partition, count, future in pending:
-                metadata = await future
-                ends[TopicPartition(topic, partition)] = metadata.offset + count
+            for topic, partition, hand_over in pending:
+                for count, ack in await hand_over:
+                    metadata = await ack
+                    ends[TopicPartition(topic, partition)] = metadata.offset + count
         except KafkaError as exc:
-            for *_, future in pending:
-                future.cancel()
-            raise self._failure(exc, pending) from None
+            _cancel(pending)
+            raise self._failure(exc, [(topic, partition, ()) for topic, partition, _ in pending]) from None
+        except BaseException:
+            _cancel(pending)
+            raise
         return ends
 
     def _failure(self, exc: KafkaError, batches) -> Exception:
@@ -213,9 +243,8 @@ class KafkaProducer(Producer):
         abort: the transaction may stay open on the broker until ``transaction_timeout_ms``,
         and the producer refuses any further use; restart the task with a new producer.
         """
-        for *_, future in self._pending:
-            future.cancel()
-        self._pending = []
+        _cancel(self._pending)
+        self._pending, self._handing_over = [], {}
         if not self._in_transaction:
             return
         if self._unusable is not None:
@@ -323,3 +352,12 @@ def _where(batches) -> str:
     return ", ".join(f"{topic}[{partition}]" for topic, partition in partitions[:5]) + \
         (" ..." if len(partitions) > 5 else "")
 
+
+def _cancel(pending: Sequence[Tuple[str, int, asyncio.Future]]) -> None:
+    """Cancel hand-overs not done and the ack futures of those done (output to drop)."""
+    for *_, hand_over in pending:
+        if not hand_over.done():
+            hand_over.cancel()
+        elif not hand_over.cancelled() and hand_over.exception() is None:
+            for _count, ack in hand_over.result():
+                ack.cancel()
