@@ -171,6 +171,23 @@ class WindowStore(TimeOrderedStore):
             return None
         return self._vdes(raw[self._header:]), _TIME.unpack_from(raw)[0]
 
+    def open_window_key(self, key_bytes: bytes, start: int) -> bytes:
+        """The stored key of a window the caller knows is open (for get_open/put_open)."""
+        return _LENGTH.pack(len(key_bytes)) + key_bytes + _START.pack(start)
+
+    def get_open(self, window_key: bytes) -> Optional[Tuple[Any, int]]:
+        """``(value, timestamp)`` of an open window (by :meth:`open_window_key`), or None.
+        No expiry check: an open window lies within retention (retention is at least the
+        windows' size plus grace, checked by the DSL)."""
+        raw = self.inner.get(window_key)
+        if raw is None:
+            return None
+        return self._vdes(raw[self._header:]), _TIME.unpack_from(raw)[0]
+
+    def put_open(self, window_key: bytes, value: Any, timestamp: int) -> None:
+        """Write an open window's aggregate (not None) in a store without first timestamps."""
+        self.inner.put(window_key, _TIME.pack(timestamp) + self._vser(value))
+
     def get_serialized_with_first(self, key_bytes: bytes, start: int) -> Optional[Tuple[Any, int, int]]:
         """``(value, timestamp, first_timestamp)`` of the window, or ``None``."""
         if not self.with_first_timestamp:

@@ -22,7 +22,7 @@ from ..errors import ConfigError, SerializationError
 from ..serdes import Dataclass, Float, Int, Json, Serde, String, compact_json, _preview
 
 __all__ = [
-    "Windowed", "WindowedSerde", "window_store_key", "split_window_store_key",
+    "Windowed", "WindowedSerde", "windowed_of_valid", "window_store_key", "split_window_store_key",
     "window_store_time_key", "split_window_store_time_key",
 ]
 
@@ -52,6 +52,22 @@ class Windowed(Generic[K]):
     @property
     def window(self) -> Tuple[int, int]:
         return (self.start, self.end)
+
+
+_new_object = object.__new__
+
+
+def windowed_of_valid(key: K, start: int, end: int) -> Windowed[K]:
+    """``Windowed(key, start, end)`` without the checks, for window operators, whose
+    windows are valid by construction (ints, 0 <= start <= end); about 3x cheaper.
+    Fills the instance's dict directly: a frozen dataclass's __init__ goes through
+    object.__setattr__ per field."""
+    windowed = _new_object(Windowed)
+    fields = windowed.__dict__
+    fields["key"] = key
+    fields["start"] = start
+    fields["end"] = end
+    return windowed
 
 
 # How the inner key appears as the JSON value of "key".

@@ -67,6 +67,18 @@ def test_key_and_value_layout(open_store) -> None:
     assert store.get_serialized(b"ab", 130) == (2, 130)
 
 
+def test_the_open_window_path_reads_and_writes_the_same_entries(open_store) -> None:
+    store = open_store()
+    key = store.open_window_key(b"ab", 120)
+    assert key == window_store_key(b"ab", 120) and store.get_open(key) is None
+    store.put_open(key, {"n": 1}, 125)
+    assert store.get_serialized(b"ab", 120) == ({"n": 1}, 125) == store.get_open(key)
+    store.put_serialized(b"ab", 120, 2, 130)
+    assert store.get_open(key) == (2, 130)
+    store.inner.persist(1)
+    assert physical(store) == {struct.pack(">Q", 1) + key: _Q.pack(130) + b"2"}
+
+
 def test_keys_that_prefix_each_other_stay_apart(open_store) -> None:
     store = open_store()
     for key in ("a", "a\x00", "ab", "b", ""):

@@ -11,6 +11,7 @@ import pytest
 
 from streamkit.errors import ConfigError, SerializationError
 from streamkit.serdes import Bytes, Dataclass, Float, Int, Json, Serde, String, Void
+from streamkit.windowing.windowed_keys import windowed_of_valid
 from streamkit.windowing import (Windowed, WindowedSerde, split_window_store_key, split_window_store_time_key,
                                  window_store_key, window_store_time_key)
 
@@ -40,6 +41,14 @@ def test_windowed_is_a_frozen_hashable_value():
     assert len({w, Windowed("alice", 0, 60_000), Windowed("bob", 0, 60_000)}) == 2
     with pytest.raises(dataclasses.FrozenInstanceError):
         w.start = 5  # type: ignore[misc]
+
+
+def test_a_windowed_made_unchecked_by_operators_equals_a_checked_one():
+    fast, checked = windowed_of_valid("alice", 0, 60_000), Windowed("alice", 0, 60_000)
+    assert fast == checked and hash(fast) == hash(checked) and repr(fast) == repr(checked)
+    assert type(fast) is Windowed and fast.window == (0, 60_000)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.start = 1  # type: ignore[misc]
 
 
 def test_windowed_allows_single_instant_windows():

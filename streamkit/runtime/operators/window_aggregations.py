@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Tuple
 
 from ...topology import nodes as ir
-from ...windowing import Windowed
+from ...windowing.windowed_keys import windowed_of_valid
 from .base import CompileEnv, Downstream, user_error
 from .late_records import LateRecords
 
@@ -76,7 +76,11 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
     store = task.stores[node.store]
     forward_each = _forwards_each(node, store, downstream, env)
     key_bytes = _serialize_key(store, node.name)
-    get, put = store.get_serialized, store.put_serialized
+    serialize_key, name = store.serialize_key, node.name
+    if store.with_first_timestamp:  # only sliding windows keep first timestamps
+        raise ValueError(f"{node.name}: store {node.store!r} keeps first timestamps; tumbling and "
+                         "hopping windows use a plain window store")
+    window_key, get, put = store.open_window_key, store.get_open, store.put_open
     step = _add_step(node)
     windows = node.windows
     size, advance, grace = windows.size_ms, windows.advance_ms, windows.grace_ms
@@ -87,7 +91,8 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
     Change = ir.Change
 
     def update(key: Any, kb: bytes, value: Any, timestamp: int, start: int, end: int) -> None:
-        prior = get(kb, start)
+        stored_key = window_key(kb, start)  # the window is open: within retention
+        prior = get(stored_key)
         if prior is None:
             old = None
             result_time = timestamp
@@ -96,9 +101,12 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
             if timestamp > result_time:
                 result_time = timestamp
         new = step(key, value, old)
-        put(kb, start, new, result_time)
+        if new is None:  # a reduce or aggregate may return None: the window is deleted
+            store.put_serialized(kb, start, None, result_time)
+        else:
+            put(stored_key, new, result_time)
         if forward_each:
-            downstream(Windowed(key, start, end), Change(new, old), result_time)
+            downstream(windowed_of_valid(key, start, end), Change(new, old), result_time)
 
     def windowed_aggregate(key: Any, value: Any, timestamp: int) -> None:
         if key is None:  # a None value counts and is aggregated, as in Kafka Streams
@@ -113,7 +121,26 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
             if end <= open_after:
                 late.drop(key, timestamp, f"[{start},{end})")
                 return
-            update(key, key_bytes(key), value, timestamp, start, end)
+            # update() inlined: this path runs once per record of a tumbling aggregation
+            try:
+                kb = serialize_key(key)
+            except Exception as exc:
+                raise user_error(name, exc) from exc
+            stored_key = window_key(kb, start)
+            prior = get(stored_key)
+            if prior is None:
+                old, result_time = None, timestamp
+            else:
+                old, result_time = prior
+                if timestamp > result_time:
+                    result_time = timestamp
+            new = step(key, value, old)
+            if new is None:
+                store.put_serialized(kb, start, None, result_time)
+            else:
+                put(stored_key, new, result_time)
+            if forward_each:
+                downstream(windowed_of_valid(key, start, end), Change(new, old), result_time)
             return
         kb = None
         for start, end in windows_for(timestamp):
@@ -198,7 +225,7 @@ def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env
                     continue  # a right window always holds a later record; nothing to create otherwise
             put(kb, start, new, latest, earliest)
             if forward_each:
-                downstream(Windowed(key, start, end), Change(new, old), latest)
+                downstream(windowed_of_valid(key, start, end), Change(new, old), latest)
     return sliding_aggregate
 
 
@@ -257,9 +284,9 @@ def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstr
             else:
                 remove(kb, start, end)
                 if forward_each:
-                    downstream(Windowed(key, start, end), Change(None, session_value), end)
+                    downstream(windowed_of_valid(key, start, end), Change(None, session_value), end)
         new = step(key, value, aggregate)
         put(kb, merged.start, merged.end, new, merged.end)
         if forward_each:
-            downstream(Windowed(key, merged.start, merged.end), Change(new, same_bounds), merged.end)
+            downstream(windowed_of_valid(key, merged.start, merged.end), Change(new, same_bounds), merged.end)
     return session_aggregate
