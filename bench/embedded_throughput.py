@@ -332,19 +332,21 @@ def run_worker_process(name: str, directory: str, module: str = "bench.embedded_
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def time_worker(app: sk.App, directory: str, counters: Tuple[str, ...] = ()) -> None:
+def time_worker(app: sk.App, directory: str, counters: Tuple[str, ...] = (), until_idle: float = IDLE_EXIT) -> None:
     """The child's work: run one worker over the pre-produced input until idle and print,
-    as JSON, its seconds from start to its last commit, records processed, peak RSS and
-    the named ``counters`` of its totals."""
+    as JSON, its seconds from start to its last commit (and the wall-clock time it
+    started), records processed, peak RSS and the named ``counters`` of its totals."""
     transport = EmbeddedTransport(directory)
-    worker = app.worker(transport, until_idle=IDLE_EXIT)
+    worker = app.worker(transport, until_idle=until_idle)
     tune_gc_for_streaming()  # as `streamkit worker` does
+    started_at = time.time()
     started, cpu_started = time.perf_counter(), time.process_time()
     asyncio.run(worker.run())
-    elapsed = time.perf_counter() - started - IDLE_EXIT
+    elapsed = time.perf_counter() - started - until_idle
     cpu = time.process_time() - cpu_started
     transport.close()
-    figures = {"seconds": elapsed, "cpu_seconds": cpu, "records": worker.totals.records_processed,
+    figures = {"seconds": elapsed, "started_at": started_at, "cpu_seconds": cpu,
+               "records": worker.totals.records_processed,
                "peak_rss_mib": peak_rss_mib()}
     figures.update((name, getattr(worker.totals, name)) for name in counters)
     print(json.dumps(figures))

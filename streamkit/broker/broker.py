@@ -29,6 +29,7 @@ from streamkit.core.records import OutgoingRecord, PartitionOffsets, TopicMetada
 from streamkit.broker.errors import (
     EmbeddedBrokerError, PartitionCountMismatchError, TopicExistsError, UnknownPartitionError,
     UnknownTopicError)
+from streamkit.broker.group_members import MemberLock
 from streamkit.broker.group_store import (
     TRASH_PREFIX, GroupStore, TaskLock, fsync_dir, validate_offsets, write_json_atomic)
 from streamkit.broker.housekeeping import Housekeeper, try_cleaner_lock
@@ -328,6 +329,15 @@ class EmbeddedBroker:
                 self._task_locks.add(lock)
             lock.on_release = self._task_locks.discard
         return lock
+
+    def join_group(self, group: str) -> MemberLock:
+        """Become a live member of ``group`` until ``leave()`` or this process ends."""
+        self._check_open()
+        return self._groups.join(group)
+
+    def group_members(self, group: str) -> list[str]:
+        """The ids of ``group``'s live members (workers), sorted."""
+        return self._groups.live_members(group)
 
     def task_owner(self, group: str, task_id: str) -> Optional[dict]:
         """{"pid", "host", "acquired_at"} of the live holder of the task, None if free."""

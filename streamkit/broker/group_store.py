@@ -28,6 +28,7 @@ from typing import Callable, Iterator, Mapping, Optional
 from urllib.parse import quote, unquote
 
 from streamkit.core.records import TopicPartition
+from streamkit.broker import group_members
 from streamkit.broker.errors import GroupNotEmptyError, UnknownGroupError
 
 OFFSETS_FILE = "offsets.json"
@@ -283,6 +284,14 @@ class GroupStore:
             os.close(fd)
 
     # ------------------------------------------------------------------ task locks
+
+    def join(self, group: str) -> group_members.MemberLock:
+        """Become a live member of ``group`` (see group_members)."""
+        return group_members.join(self._group_dir(group))
+
+    def live_members(self, group: str) -> list[str]:
+        """The ids of ``group``'s live members, sorted."""
+        return group_members.live_members(self._group_dir(group))
 
     def try_lock_task(self, group: str, task_id: str) -> Optional[TaskLock]:
         """Take the task's lock without blocking; None if another holder has it.

@@ -163,6 +163,27 @@ def test_second_worker_waits_then_takes_over_after_kill_9(cli, spawn):
     assert final_table(cli, "page-counts") == expected_counts(data)
 
 
+def test_workers_on_one_directory_share_the_tasks_fairly(cli, spawn):
+    """A worker runs at most ceil(tasks / live workers): the first gives back what is beyond
+    its share once a second joins (committed first), and the two count every view once."""
+    cli("topics", "create", "pageviews", "--partitions", "3")
+    first = spawn("worker", "apps.pageviews", "--until-idle", "4")
+    time.sleep(2.0)  # it owns every task before the second starts
+    second = spawn("worker", "apps.pageviews", "--until-idle", "4")
+    time.sleep(1.5)
+    data = views(300)
+    cli("produce", "pageviews", "--key-field", "user", stdin=as_lines(data))
+    _, first_err = first.communicate(timeout=60)
+    _, second_err = second.communicate(timeout=60)
+    assert first.returncode == 0 and second.returncode == 0, first_err + second_err
+    started = [{line.split("task ")[1].split()[0] for line in err.splitlines() if " started at " in line}
+               for err in (first_err, second_err)]
+    tasks = started[0] | started[1]
+    assert started[1] and len(started[1]) <= -(-len(tasks) // 2), started  # the second ran its share
+    assert "group rebalancing: committed" in first_err  # gave tasks back after committing them
+    assert final_table(cli, "page-counts") == expected_counts(data)
+
+
 def test_sigterm_commits_and_exits_cleanly(cli, spawn):
     cli("topics", "create", "pageviews", "--partitions", "3")
     cli("produce", "pageviews", "--key-field", "user", stdin=as_lines(views(60)))

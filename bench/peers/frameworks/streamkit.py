@@ -30,15 +30,16 @@ def unsupported(scenario: Scenario, transactions: bool) -> Optional[str]:
 
 def build_app(scenario: str, app_id: str, source: str, sink: str, table: Optional[str] = None, *,
               caching: bool = False, commit_interval_s: Optional[float] = None,
-              fetch_max_wait_ms: Optional[int] = None) -> sk.App:
-    """The app of ``scenario`` (S0 .. S5) reading ``source`` and writing ``sink``."""
+              fetch_max_wait_ms: Optional[int] = None, partitions: int = PARTITIONS) -> sk.App:
+    """The app of ``scenario`` (S0 .. S5) reading ``source`` and writing ``sink`` (topics
+    of ``partitions`` partitions when the app creates them)."""
     app = sk.App(app_id, store_backend="rocksdb", caching=caching,
                  processing_guarantee="exactly_once" if scenario == "S5" else "at_least_once",
                  commit_interval=None if commit_interval_s is None else timedelta(seconds=commit_interval_s),
                  kafka_config={} if fetch_max_wait_ms is None else {"fetch_max_wait_ms": fetch_max_wait_ms})
     raw = scenario == "S0"
-    events = app.topic(source, partitions=PARTITIONS, value_serde=sk.serdes.Bytes() if raw else None)
-    output = app.topic(sink, partitions=PARTITIONS, value_serde=sk.serdes.Bytes() if raw else None)
+    events = app.topic(source, partitions=partitions, value_serde=sk.serdes.Bytes() if raw else None)
+    output = app.topic(sink, partitions=partitions, value_serde=sk.serdes.Bytes() if raw else None)
     pages = app.topic(table, partitions=PARTITIONS) if table else None
     window = sk.TumblingWindows(timedelta(milliseconds=WINDOW_MS), grace=timedelta(milliseconds=GRACE_MS))
 

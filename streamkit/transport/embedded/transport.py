@@ -155,31 +155,79 @@ class EmbeddedProducer(Producer):
 
 class EmbeddedMembership(Membership):
     """Task ownership through OS file locks: freed when a worker exits or is killed.
-    A worker takes the tasks nobody holds, looking again every ``poll_interval``."""
 
-    def __init__(self, broker: EmbeddedBroker, group: str, plan: GroupPlan, poll_interval: float = 1.0) -> None:
+    Every worker of the app is a live member of its group (see broker.group_members)
+    and runs at most its fair share of the tasks, ``ceil(tasks / members)``. Every
+    ``poll_interval`` it takes free tasks up to its share, and when its share shrank (a
+    worker joined) it gives back the tasks beyond it, highest task ids first, once the
+    worker has committed them (:meth:`revocation_pending`); the other worker takes them
+    at its next poll. So workers started on one directory split the work, and a
+    stopped or killed worker's tasks are taken over.
+    """
+
+    def __init__(self, broker: EmbeddedBroker, group: str, plan: GroupPlan, poll_interval: float = 0.25) -> None:
         self._broker = broker
         self._group = group
-        self._tasks = sorted(plan.tasks)
+        self._tasks = sorted(plan.tasks, key=_task_order)
         self._locks: Dict[str, object] = {}
+        """The tasks assigned to this worker."""
+        self._giving_back: Dict[str, object] = {}
+        """Tasks dropped from the assignment whose locks go when the worker closes them."""
+        self._surplus: List[str] = []
+        """Tasks beyond this worker's share, given back once the worker committed them."""
+        self._changed = False
         self._poll_interval = poll_interval
         self._next_poll = 0.0
+        self._next_share_check = 0.0
+        self._member = broker.join_group(group)
+
+    def _share(self) -> int:
+        members = max(1, len(self._broker.group_members(self._group)))
+        return -(-len(self._tasks) // members)
+
+    def revocation_pending(self) -> bool:
+        if not self._surplus and self._locks:
+            now = time.monotonic()
+            if now >= self._next_share_check:
+                self._next_share_check = now + self._poll_interval
+                extra = len(self._locks) - self._share()
+                if extra > 0:
+                    self._surplus = sorted(self._locks, key=_task_order)[-extra:]
+        return bool(self._surplus)
+
+    def revocation_committed(self) -> None:
+        for task_id in self._surplus:
+            lock = self._locks.pop(task_id, None)
+            if lock is not None:
+                self._giving_back[task_id] = lock
+        self._surplus = []
+        self._changed = True
 
     async def poll(self) -> Optional[TaskAssignment]:
+        if self._changed:
+            self._changed = False
+            return TaskAssignment(frozenset(self._locks))
         now = time.monotonic()
         if now < self._next_poll:
             return None
         self._next_poll = now + self._poll_interval
-        taken = self.acquire([t for t in self._tasks if t not in self._locks])
+        room = self._share() - len(self._locks)
+        if room <= 0:
+            return None
+        taken = self.acquire([t for t in self._tasks if t not in self._locks], limit=room)
         return TaskAssignment(frozenset(self._locks)) if taken else None
 
     async def aclose(self) -> None:
-        for task_id in list(self._locks):
+        for task_id in list(self._locks) + list(self._giving_back):
             self.release(task_id)
+        self._member.leave()
 
-    def acquire(self, task_ids: Sequence[str]) -> List[str]:
-        taken = []
+    def acquire(self, task_ids: Sequence[str], limit: Optional[int] = None) -> List[str]:
+        """Take those of ``task_ids`` nobody holds, at most ``limit`` of them."""
+        taken: List[str] = []
         for task_id in task_ids:
+            if limit is not None and len(taken) >= limit:
+                break
             if task_id in self._locks:
                 continue
             lock = self._broker.try_lock_task(self._group, task_id)
@@ -189,7 +237,7 @@ class EmbeddedMembership(Membership):
         return taken
 
     def release(self, task_id: str) -> None:
-        lock = self._locks.pop(task_id, None)
+        lock = self._locks.pop(task_id, None) or self._giving_back.pop(task_id, None)
         if lock is not None:
             lock.release()
 
@@ -236,3 +284,8 @@ class EmbeddedTransport(Transport):
 
     def close(self) -> None:
         self.broker.close()
+
+
+def _task_order(task_id: str) -> tuple:
+    """Task ids (``<sub-topology>_<partition>``) in numeric order."""
+    return tuple(int(part) if part.isdigit() else part for part in task_id.split("_"))
