@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Mapping, Optional
 from urllib.parse import quote, unquote
 
 from streamkit.core.records import TopicPartition
-from streamkit.broker import group_members
+from streamkit.broker.group_members import MemberLock, join as join_group_dir, live_members
 from streamkit.broker.errors import GroupNotEmptyError, UnknownGroupError
 
 OFFSETS_FILE = "offsets.json"
@@ -285,13 +285,13 @@ class GroupStore:
 
     # ------------------------------------------------------------------ task locks
 
-    def join(self, group: str) -> group_members.MemberLock:
+    def join(self, group: str) -> MemberLock:
         """Become a live member of ``group`` (see group_members)."""
-        return group_members.join(self._group_dir(group))
+        return join_group_dir(self._group_dir(group))
 
     def live_members(self, group: str) -> list[str]:
         """The ids of ``group``'s live members, sorted."""
-        return group_members.live_members(self._group_dir(group))
+        return live_members(self._group_dir(group))
 
     def try_lock_task(self, group: str, task_id: str) -> Optional[TaskLock]:
         """Take the task's lock without blocking; None if another holder has it.
