@@ -30,8 +30,9 @@ restarted with a new producer.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (IllegalOperation, InvalidProducerEpoch, InvalidTransactionTimeout, KafkaError,
@@ -53,6 +54,10 @@ _TXN_ERRORS = (KafkaError, IllegalOperation, AssertionError)
 # aiokafka TransactionState names from which abort_transaction() reaches the broker.
 _ABORTABLE_STATES = ("IN_TRANSACTION", "ABORTABLE_ERROR")
 _NO_HEADERS: list = []  # aiokafka's batch builder wants a list; never mutated
+MAX_HANDING_OVER = 64
+"""Hand-overs aiokafka has not accepted yet above which send() waits for the oldest: the
+worker's backpressure when the broker is slower than processing (output would otherwise
+pile up in memory until the next commit)."""
 
 
 class KafkaProducer(Producer):
@@ -85,6 +90,8 @@ class KafkaProducer(Producer):
         """Per send and partition, its hand-over to aiokafka (see :meth:`send`), not awaited yet."""
         self._handing_over: Dict[Tuple[str, int], asyncio.Future] = {}
         """Per partition, its latest hand-over (the next one waits for it)."""
+        self._not_accepted: Deque[asyncio.Future] = collections.deque()
+        """Hand-overs in the order made, oldest first, until seen done (see MAX_HANDING_OVER)."""
 
     async def start(self) -> None:
         """Connect; with a transactional id, fence older producers of that id (InitProducerId)
@@ -139,6 +146,12 @@ class KafkaProducer(Producer):
             hand_over = asyncio.ensure_future(self._hand_over(previous, builders, topic, partition))
             self._handing_over[(topic, partition)] = hand_over
             self._pending.append((topic, partition, hand_over))
+            self._not_accepted.append(hand_over)
+        not_accepted = self._not_accepted
+        while not_accepted and not_accepted[0].done():
+            not_accepted.popleft()
+        while len(not_accepted) > MAX_HANDING_OVER:
+            await asyncio.wait([not_accepted.popleft()])  # its failure surfaces in delivered()
         return {}
 
     def _build(self, records: Sequence[OutgoingRecord]) -> list:
@@ -172,6 +185,7 @@ class KafkaProducer(Producer):
         TaskMigratedError), cancelling what is left."""
         pending, self._pending = self._pending, []
         self._handing_over = {}
+        self._not_accepted.clear()
         ends: Dict[TopicPartition, int] = {}
         try:
             for topic, partition, hand_over in pending:
@@ -245,6 +259,7 @@ class KafkaProducer(Producer):
         """
         _cancel(self._pending)
         self._pending, self._handing_over = [], {}
+        self._not_accepted.clear()
         if not self._in_transaction:
             return
         if self._unusable is not None:
