@@ -20,6 +20,8 @@ from the input, and prints events/s (from worker start to its last commit):
                       peak memory on skewed input (every on-time record must count)
   tumbling-repartitioned-skewed-eos  the same under exactly_once
   session-rocksdb     session-window count per page (500 ms inactivity gap), RocksDB, every update emitted
+  sliding-rocksdb     sliding-window count per page (2 s time difference, 10 s grace), RocksDB, every
+                      update emitted (each event updates every window it falls in: ~4 per event here)
   session-rocksdb-eos session-rocksdb under exactly_once
 
 Usage: python -m bench embedded [--events 1000000] [--reps 1] [--only SCENARIO]
@@ -96,6 +98,7 @@ def count_app(store_backend: str = "memory", guarantee: str = "at_least_once", c
 WINDOW = 60_000
 GRACE = 10_000
 SESSION_GAP = 500
+SLIDING_DIFFERENCE = 2_000
 
 
 def make_windowed_events(n: int, seed: int = 42, keys: int = PAGES) -> List[Tuple[bytes, bytes, int]]:
@@ -176,6 +179,45 @@ def session_count_app(guarantee: str = "at_least_once") -> sk.App:
     return app
 
 
+def sliding_count_app(guarantee: str = "at_least_once") -> sk.App:
+    app = sk.App("bench-sliding", store_backend="rocksdb", processing_guarantee=guarantee, caching=False)
+    events = app.topic("events", partitions=PARTITIONS)
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        (b.stream(events).group_by_key()
+          .windowed_by(sk.SlidingWindows(timedelta(milliseconds=SLIDING_DIFFERENCE),
+                                         grace=timedelta(milliseconds=GRACE)))
+          .count(name="sliding-counts").to_stream().to("counts"))
+    return app
+
+
+def expected_sliding_counts(events) -> Dict[Tuple[str, int, int], int]:
+    """Kafka Streams' sliding windows (KIP-450), computed from each page's event times
+    (no event is late): for every distinct time t the left window [t - d, t], and the
+    right window [t + 1, t + 1 + d] when the next distinct time is at most t + d; each
+    counts the events in it (both ends inclusive)."""
+    import bisect
+
+    d = SLIDING_DIFFERENCE
+    times: Dict[str, List[int]] = {}
+    for k, _, ts in events:
+        times.setdefault(k.decode(), []).append(ts)
+    windows: Dict[Tuple[str, int, int], int] = {}
+    for page, stamps in times.items():
+        stamps.sort()
+        distinct = sorted(set(stamps))
+
+        def inside(start: int, end: int) -> int:
+            return bisect.bisect_right(stamps, end) - bisect.bisect_left(stamps, start)
+
+        for i, t in enumerate(distinct):
+            windows[(page, t - d, t)] = inside(t - d, t)
+            if i + 1 < len(distinct) and distinct[i + 1] <= t + d:
+                windows[(page, t + 1, t + 1 + d)] = inside(t + 1, t + 1 + d)
+    return windows
+
+
 def expected_window_counts(events) -> Dict[Tuple[str, int], int]:
     return dict(Counter((k.decode(), ts - ts % WINDOW) for k, _, ts in events))
 
@@ -211,6 +253,7 @@ def expected_session_counts(events) -> Dict[Tuple[str, int, int], int]:
 
 
 def verify_session_counts(transport: EmbeddedTransport, expected: Dict[Tuple[str, int, int], int]) -> None:
+    """Each (page, start, end)'s last update is its count; a merged-away session's last is a tombstone."""
     final: Dict[Tuple[str, int, int], int] = {}
     for k, v in read_topic(transport, "counts"):
         key = orjson.loads(k)
@@ -219,7 +262,13 @@ def verify_session_counts(transport: EmbeddedTransport, expected: Dict[Tuple[str
             final.pop(window, None)
         else:
             final[window] = orjson.loads(v)
-    assert final == expected, "final sessions differ from the input's"
+    assert final == expected, f"final windows differ from the input's: {_window_differences(final, expected)}"
+
+
+def _window_differences(got: Dict, expected: Dict, limit: int = 3) -> str:
+    missing = [(w, n) for w, n in expected.items() if got.get(w) != n][:limit]
+    extra = [(w, n) for w, n in got.items() if w not in expected][:limit]
+    return f"expected but not written {missing}, written but not expected {extra}"
 
 
 def produce(transport: EmbeddedTransport, events: List[Tuple[bytes, bytes, int]]) -> None:
@@ -314,6 +363,8 @@ SCENARIOS: Dict[str, Scenario] = {
                                                   floor="0.7:tumbling-repartitioned-skewed",
                                                   make_events=make_skewed_user_events, stages=2),
     "session-rocksdb": Scenario(session_count_app, expected_session_counts, verify_session_counts,
+                                make_events=make_windowed_events),
+    "sliding-rocksdb": Scenario(sliding_count_app, expected_sliding_counts, verify_session_counts,
                                 make_events=make_windowed_events),
     "session-rocksdb-eos": Scenario(lambda: session_count_app("exactly_once"), expected_session_counts,
                                     verify_session_counts, floor="0.7:session-rocksdb",

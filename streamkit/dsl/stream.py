@@ -155,7 +155,9 @@ class Stream:
            value_serde: Optional[Serde] = None, name: Optional[str] = None) -> None:
         """Write every record to ``topic``; terminal. Serdes: those given here, else the
         topic's declared ones, else the app's defaults. Keys are placed with Kafka's
-        default partitioner; records without a key stay on the task's partition."""
+        default partitioner; records without a key stay on the task's partition. A
+        windowed key (``Windowed``, from a windowed aggregation) is placed by its record
+        key alone, so all of a key's windows share a partition (Kafka Streams' rule)."""
         check_serde(key_serde, "key_serde")
         check_serde(value_serde, "value_serde")
         if key_serde is None and self._key_serde_hint is not None and not isinstance(topic, TopicSpec) \

@@ -8,6 +8,7 @@ from ...errors import SerializationError, StreamkitError, TopologyError, UserFun
 from ...sinks.base import SinkRecord
 from ...topology import nodes as ir
 from ...transport.partitioner import cached_key_hash, partition_for_key
+from ...windowing.windowed_keys import WindowedSerde
 from ..context import NodeProcessorContext
 from ..progress import merged_topics, parse_ids, with_writer_header, writer_rank
 from .base import CompileEnv, Downstream, noop, user_error
@@ -148,6 +149,10 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
     # A repartition topic's records also carry the writing task and its stream time (see
     # .progress): the reading task orders its writers by them.
     rank = writer_rank(*parse_ids(task.task_id)) if topic in merged_topics(env.topology) else None
+    spec = env.topology.topics.get(topic)
+    windowed_partition = (_partition_by_base_key(node.key_serde, partitions, own_partition)
+                          if isinstance(node.key_serde, WindowedSerde) and not (spec is not None and spec.internal)
+                          else None)
 
     def sink(key: Any, value: Any, timestamp: int) -> None:
         if task.muted:
@@ -163,6 +168,8 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
                 raise _user_error(name, SerializationError(f"writing to topic '{topic}': {exc}")) from exc
         if key_bytes is None:
             partition = own_partition
+        elif windowed_partition is not None:
+            partition = windowed_partition(key)
         else:
             cached = cached_key_hash(key_bytes)
             partition = partition_for_key(key_bytes, partitions) if cached is None else cached % partitions
@@ -172,6 +179,35 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
             headers = with_writer_header(headers, rank, task.stream_time)
         buffers[partition].append((key_bytes, value_bytes, timestamp, headers))
     return sink
+
+
+_BASE_KEY_CACHE_LIMIT = 100_000
+
+
+def _partition_by_base_key(serde: WindowedSerde, partitions: int, own_partition: int) -> Any:
+    """Where a windowed result written to a topic goes: Kafka Streams' rule (its
+    WindowedStreamPartitioner, used by ``to()`` whenever the key serde is windowed) hashes
+    the record key alone, not the window, so every window of a key lands on one partition.
+    A key serializing to None stays on the task's partition. (Repartition topics hash the
+    whole key, as Kafka Streams does.)"""
+    inner_serialize = serde.inner.serialize
+    known: dict = {}  # str/int record key -> partition (other types: a JSON 1 and 1.0 differ)
+
+    def partition_of(windowed: Any) -> int:
+        key = windowed.key
+        cacheable = type(key) is str or type(key) is int
+        if cacheable:
+            partition = known.get(key)
+            if partition is not None:
+                return partition
+        data = inner_serialize(key)
+        partition = own_partition if data is None else partition_for_key(data, partitions)
+        if cacheable:
+            if len(known) >= _BASE_KEY_CACHE_LIMIT:
+                known.clear()
+            known[key] = partition
+        return partition
+    return partition_of
 
 
 def compile_external_sink(node: ir.ExternalSinkNode, downstream: Downstream, env: CompileEnv) -> Downstream:
