@@ -322,11 +322,17 @@ def child(spec: dict) -> None:
 
 
 # -- the parent: topics, input, verification -------------------------------------------
-async def create_topics(bootstrap: str, names: Sequence[str]) -> None:
+KEEP_FOREVER = {"retention.ms": "-1"}
+"""The events' times are from 2023: a real broker's default 7-day time retention would
+delete a run's input or output while it is being checked."""
+
+
+async def create_topics(bootstrap: str, names: Sequence[str], partitions: int = PARTITIONS) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(name, PARTITIONS, 1) for name in names])
+        await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=dict(KEEP_FOREVER))
+                                   for name in names])
     finally:
         await admin.close()
 
@@ -343,13 +349,13 @@ async def delete_topics(bootstrap: str, prefix: str) -> None:
         await admin.close()
 
 
-async def produce(bootstrap: str, topic: str, events: Sequence[Event]) -> None:
+async def produce(bootstrap: str, topic: str, events: Sequence[Event], partitions: int = PARTITIONS) -> None:
     """Write the events in large record batches, partitioned as Kafka's default partitioner."""
     from streamkit.transport.partitioner import partition_for_key
 
-    per_partition: Dict[int, List[Event]] = {p: [] for p in range(PARTITIONS)}
+    per_partition: Dict[int, List[Event]] = {p: [] for p in range(partitions)}
     for event in events:
-        per_partition[partition_for_key(event[0], PARTITIONS)].append(event)
+        per_partition[partition_for_key(event[0], partitions)].append(event)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=1 << 20)
     await producer.start()
     try:
@@ -369,7 +375,7 @@ async def produce(bootstrap: str, topic: str, events: Sequence[Event]) -> None:
 
 
 async def read_topic(bootstrap: str, topic: str, expected: int, settle: float = 1.0,
-                     give_up: float = 20.0) -> Output:
+                     give_up: float = 20.0, partitions: int = PARTITIONS) -> Output:
     """Every record of ``topic`` in offset order per partition. Tansu under-reports end
     offsets, so this reads until ``expected`` records arrived and then nothing more for
     ``settle`` s (extra records would show), or nothing at all for ``give_up`` s."""
@@ -378,9 +384,9 @@ async def read_topic(bootstrap: str, topic: str, expected: int, settle: float = 
     await consumer.start()
     out: Output = []
     try:
-        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
+        assigned = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(assigned)
+        await consumer.seek_to_beginning(*assigned)
         last = time.monotonic()
         while True:
             data = await consumer.getmany(timeout_ms=200, max_records=50_000)
@@ -395,15 +401,20 @@ async def read_topic(bootstrap: str, topic: str, expected: int, settle: float = 
         await consumer.stop()
 
 
-async def committed_total(bootstrap: str, group: str, topic: str) -> int:
+async def committed_total(bootstrap: str, group: str, topic: str, partitions: int = PARTITIONS) -> int:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        # Explicit partitions: Tansu cannot answer the all-partitions form.
-        offsets = await admin.list_consumer_group_offsets(
-            group, partitions=[TopicPartition(topic, p) for p in range(PARTITIONS)])
+        return await committed_with(admin, group, topic, partitions)
     finally:
         await admin.close()
+
+
+async def committed_with(admin: AIOKafkaAdminClient, group: str, topic: str, partitions: int = PARTITIONS) -> int:
+    """The sum of ``group``'s committed offsets on ``topic`` (0 where none)."""
+    # Explicit partitions: Tansu cannot answer the all-partitions form.
+    offsets = await admin.list_consumer_group_offsets(
+        group, partitions=[TopicPartition(topic, p) for p in range(partitions)])
     return sum(max(meta.offset, 0) for meta in offsets.values())
 
 

@@ -1,6 +1,6 @@
 """Scale-out on the embedded broker: the peers' S1 and S2 with one worker process, then two.
 
-``python -m bench scaling [--events N] [--partitions P] [--scenarios S1,S2]``
+``python -m bench scaling [--events N] [--partitions P] [--scenarios S1,S2] [--kafka [--broker HOST:PORT]]``
 
 For each scenario and worker count, a fresh broker directory gets ``N`` events
 (default 2,000,000; bench.peers.workload's events) in a topic of ``P`` partitions
@@ -19,7 +19,8 @@ machine (2 cores: two workers can at best double one).
 
 Verified before a figure counts: the group's committed offsets cover all N events,
 the workers processed exactly N records together, and the output passes the
-scenario's check (bench.peers.workload). Results: bench/results/scaling.json.
+scenario's check (bench.peers.workload). Results: bench/results/scaling.json ("embedded";
+``--kafka`` runs the same on a Kafka-protocol broker, bench.scaling_kafka, kept under "kafka").
 """
 from __future__ import annotations
 
@@ -95,9 +96,12 @@ def run_once(scenario: str, events: list, partitions: int, workers: int) -> dict
             raise RuntimeError(f"{scenario} x{workers}: committed offsets cover {covered:,} of {len(events):,}")
         SCENARIOS[scenario].check(read_output(transport, SINK), SCENARIOS[scenario].expect(events, []), False)
         transport.close()
-        seconds = ended - min(f["started_at"] for f in figures)
+        first = min(f["started_at"] for f in figures)
+        seconds = ended - first
         return {"workers": workers, "seconds": seconds, "events_per_second": len(events) / seconds,
                 "records_per_worker": [f["records"] for f in figures],
+                "worker_started_after": [round(f["started_at"] - first, 3) for f in figures],
+                "worker_busy_seconds": [round(f["seconds"], 3) for f in figures],
                 "cpu_seconds": sum(f["cpu_seconds"] for f in figures)}
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -141,25 +145,57 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--scenarios", default="S1,S2")
     parser.add_argument("--reps", type=int, default=3, help="runs of each, interleaved; the median counts")
+    parser.add_argument("--kafka", action="store_true", help="on a Kafka-protocol broker (bench.scaling_kafka) "
+                        "instead of the embedded broker")
+    parser.add_argument("--broker", metavar="HOST:PORT", help="with --kafka: this broker (default: a fresh Tansu)")
     args = parser.parse_args(argv)
     events = make_events(args.events)
     results: Dict[str, List[dict]] = {}
-    print(f"embedded broker, {args.events:,} events, {args.partitions} partitions, {os.cpu_count()} cores")
-    for scenario in args.scenarios.split(","):
-        reps: Dict[int, List[dict]] = {1: [], 2: []}
-        for _ in range(args.reps):  # interleaved: a slow spell of the machine hits both
-            for workers in (1, 2):
-                reps[workers].append(run_once(scenario, events, args.partitions, workers))
-        runs = [_median(reps[1]), _median(reps[2])]
-        results[scenario] = [{**run, "reps_events_per_second": [r["events_per_second"] for r in reps[run["workers"]]]}
-                             for run in runs]
-        ratio = runs[1]["events_per_second"] / runs[0]["events_per_second"]
-        print(f"  {scenario}  1 worker {runs[0]['events_per_second']:>9,.0f} events/s   "
-              f"2 workers {runs[1]['events_per_second']:>9,.0f} events/s "
-              f"(records {runs[1]['records_per_worker']})   x{ratio:.2f}  (target x1.7; median of {args.reps})")
+    broker = None
+    if args.kafka:
+        from bench import scaling_kafka
+        from bench.kafka_throughput import open_broker
+
+        broker = open_broker(args.broker)
+        where = f"Kafka at {args.broker}" if args.broker else f"Tansu at {broker.bootstrap} (same machine)"
+
+        def run(scenario: str, workers: int) -> dict:
+            process = getattr(broker, "process", None)  # a Tansu this benchmark started
+            return scaling_kafka.run_once(scenario, broker.bootstrap, events, args.partitions, workers,
+                                          broker_pid=process.pid if process is not None else None)
+    else:
+        where = "embedded broker"
+
+        def run(scenario: str, workers: int) -> dict:
+            return run_once(scenario, events, args.partitions, workers)
+    print(f"{where}, {args.events:,} events, {args.partitions} partitions, {os.cpu_count()} cores")
+    try:
+        for scenario in args.scenarios.split(","):
+            reps: Dict[int, List[dict]] = {1: [], 2: []}
+            for _ in range(args.reps):  # interleaved: a slow spell of the machine hits both
+                for workers in (1, 2):
+                    reps[workers].append(run(scenario, workers))
+            runs = [_median(reps[1]), _median(reps[2])]
+            results[scenario] = [{**run_, "reps_events_per_second": [r["events_per_second"]
+                                                                     for r in reps[run_["workers"]]]}
+                                 for run_ in runs]
+            ratio = runs[1]["events_per_second"] / runs[0]["events_per_second"]
+            print(f"  {scenario}  1 worker {runs[0]['events_per_second']:>9,.0f} events/s   "
+                  f"2 workers {runs[1]['events_per_second']:>9,.0f} events/s "
+                  f"(records {runs[1]['records_per_worker']})   x{ratio:.2f}  (target x1.7; median of {args.reps})")
+    finally:
+        if broker is not None:
+            broker.stop()
+    recorded = {}
+    if os.path.exists(RESULTS):
+        with open(RESULTS) as f:
+            recorded = json.load(f)
+    recorded = {key: recorded[key] for key in ("embedded", "kafka") if key in recorded}
+    recorded["kafka" if args.kafka else "embedded"] = {
+        "where": where, "events": args.events, "partitions": args.partitions, "cores": os.cpu_count(),
+        "reps": args.reps, "scenarios": results}
     with open(RESULTS, "w") as f:
-        json.dump({"events": args.events, "partitions": args.partitions, "cores": os.cpu_count(), "reps": args.reps,
-                   "scenarios": results}, f, indent=2)
+        json.dump(recorded, f, indent=2)
     print(f"  results written to {os.path.relpath(RESULTS, ROOT)}")
 
 
