@@ -313,6 +313,8 @@ def test_a_reader_in_another_process_reads_consistently_through_compactions(tmp_
                 r = b.reader("t", 0)
                 got = r.read(5)
                 print("started", flush=True)
+                while not open(sys.argv[3]).read():  # until a compaction pass ran behind this position
+                    time.sleep(0.001)
                 while True:
                     chunk = r.read(5)
                     if not chunk and r.position >= int(open(sys.argv[2]).read() or 10**9):
@@ -320,8 +322,9 @@ def test_a_reader_in_another_process_reads_consistently_through_compactions(tmp_
                     got.extend(chunk)
                     time.sleep(0.001)
                 print(json.dumps([[o, k.decode(), v and v.decode()] for o, _, k, v, _ in got]))
-        """, tmp_path, tmp_path / "end")
+        """, tmp_path, tmp_path / "end", tmp_path / "go")
         (tmp_path / "end").write_text("")
+        (tmp_path / "go").write_text("")
         wait_for_line(reader, "started")
         passes = 0
         for round_ in range(6):  # more data and more passes while it reads
@@ -330,6 +333,8 @@ def test_a_reader_in_another_process_reads_consistently_through_compactions(tmp_
                 b.append("t", 0, [(key, b"v%d-" % i + b"x" * 30, 1, None)])
                 written[i] = (key, b"v%d-" % i + b"x" * 30)
             passes += b.run_housekeeping(now_ms=1)["t"]["segments_compacted"] > 0
+            if passes:
+                (tmp_path / "go").write_text("go")  # on a loaded machine it could otherwise read all first
             time.sleep(0.02)
         end = b.partition_offsets("t", 0).end
         (tmp_path / "end").write_text(str(end))
