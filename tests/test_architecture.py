@@ -26,12 +26,13 @@ LAYERS: Dict[str, int] = {
     "dsl": 4,
     # 5: the runtime that runs it
     "runtime": 5,
-    # 6: what users run: the app, the test driver, the Spark replay
-    "app": 6, "testing": 6, "spark": 6,
+    # 6: what users run: the app, the test driver, the Spark replay, operating workers
+    "app": 6, "testing": 6, "spark": 6, "operations": 6,
     # 7: entry points
     "cli": 7, "__main__": 7, "__init__": 7,
 }
-HEAVY = ("rocksdict", "aiokafka", "pyarrow", "pyspark", "sqlalchemy", "psycopg", "kafka")
+HEAVY = ("rocksdict", "aiokafka", "pyarrow", "pyspark", "sqlalchemy", "psycopg", "kafka", "aiohttp",
+         "prometheus_client")
 
 
 def _modules() -> Iterator[Tuple[str, Path]]:

@@ -12,6 +12,7 @@ from ..errors import StreamkitError
 from .consume import consume
 from .demo import demo
 from .groups import groups
+from .lag import lag
 from .produce import produce
 from .replay import replay
 from .topics import topics
@@ -49,7 +50,7 @@ def cli(log_level: str, config_file: Optional[str]) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for command in (worker, describe, topics, produce, consume, groups, demo, replay):
+for command in (worker, describe, topics, produce, consume, groups, lag, demo, replay):
     cli.add_command(command)
 
 

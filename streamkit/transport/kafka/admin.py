@@ -241,6 +241,23 @@ class KafkaAdmin(Admin):
         finally:
             await quietly(consumer.stop())
 
+    def group_members(self, group: str) -> Optional[List[str]]:
+        return self._call(self._group_members(group))
+
+    async def _group_members(self, group: str) -> Optional[List[str]]:
+        admin = await self._admin()
+        try:
+            responses = await admin.describe_consumer_groups([group])
+        except (KafkaError, ValueError) as exc:
+            log.debug("describing group %s failed: %s", group, exc)
+            return None
+        for response in responses:
+            # DescribeGroups: (error_code, group_id, state, protocol_type, protocol, members, ...)
+            for error_code, group_id, _state, _protocol_type, _protocol, members, *_ in response.groups:
+                if group_id == group and error_code == 0:
+                    return sorted(member[0] for member in members)
+        return None
+
     def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         self._call(self._commit_offsets(group, dict(offsets)))
 
