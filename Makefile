@@ -27,6 +27,7 @@ setup-spark: $(VENV)/.installed-test
 
 test: $(VENV)/.installed-test
 	scripts/ensure-java --optional
+	scripts/ensure-chromium --optional
 	$(BIN)/python -m pytest -q
 
 $(VENV)/.installed-bench: $(VENV)/.installed

@@ -109,14 +109,18 @@ def make_windowed_events(n: int, seed: int = 42, keys: int = PAGES) -> List[Tupl
 
 
 def windowed_count_app(guarantee: str = "at_least_once") -> sk.App:
-    app = sk.App("bench-tumbling", store_backend="rocksdb", processing_guarantee=guarantee, caching=False)
+    return _windowed_counts("bench-tumbling", "window-counts", guarantee,
+                            sk.TumblingWindows(timedelta(milliseconds=WINDOW), grace=timedelta(milliseconds=GRACE)))
+
+
+def _windowed_counts(app_id: str, store: str, guarantee: str, windows: object) -> sk.App:
+    """Events counted per page in ``windows`` on RocksDB, every update emitted to "counts"."""
+    app = sk.App(app_id, store_backend="rocksdb", processing_guarantee=guarantee, caching=False)
     events = app.topic("events", partitions=PARTITIONS)
 
     @app.topology
     def build(b: sk.StreamsBuilder) -> None:
-        (b.stream(events).group_by_key()
-          .windowed_by(sk.TumblingWindows(timedelta(milliseconds=WINDOW), grace=timedelta(milliseconds=GRACE)))
-          .count(name="window-counts").to_stream().to("counts"))
+        b.stream(events).group_by_key().windowed_by(windows).count(name=store).to_stream().to("counts")
     return app
 
 
@@ -168,28 +172,14 @@ def expected_page_window_counts(events) -> Dict[Tuple[str, int], int]:
 
 
 def session_count_app(guarantee: str = "at_least_once") -> sk.App:
-    app = sk.App("bench-sessions", store_backend="rocksdb", processing_guarantee=guarantee, caching=False)
-    events = app.topic("events", partitions=PARTITIONS)
-
-    @app.topology
-    def build(b: sk.StreamsBuilder) -> None:
-        (b.stream(events).group_by_key()
-          .windowed_by(sk.SessionWindows(timedelta(milliseconds=SESSION_GAP), grace=timedelta(milliseconds=GRACE)))
-          .count(name="session-counts").to_stream().to("counts"))
-    return app
+    return _windowed_counts("bench-sessions", "session-counts", guarantee,
+                            sk.SessionWindows(timedelta(milliseconds=SESSION_GAP), grace=timedelta(milliseconds=GRACE)))
 
 
 def sliding_count_app(guarantee: str = "at_least_once") -> sk.App:
-    app = sk.App("bench-sliding", store_backend="rocksdb", processing_guarantee=guarantee, caching=False)
-    events = app.topic("events", partitions=PARTITIONS)
-
-    @app.topology
-    def build(b: sk.StreamsBuilder) -> None:
-        (b.stream(events).group_by_key()
-          .windowed_by(sk.SlidingWindows(timedelta(milliseconds=SLIDING_DIFFERENCE),
-                                         grace=timedelta(milliseconds=GRACE)))
-          .count(name="sliding-counts").to_stream().to("counts"))
-    return app
+    return _windowed_counts("bench-sliding", "sliding-counts", guarantee,
+                            sk.SlidingWindows(timedelta(milliseconds=SLIDING_DIFFERENCE),
+                                              grace=timedelta(milliseconds=GRACE)))
 
 
 def expected_sliding_counts(events) -> Dict[Tuple[str, int, int], int]:
@@ -372,11 +362,16 @@ SCENARIOS: Dict[str, Scenario] = {
 }
 
 
-def run_worker_process(name: str, directory: str, module: str = "bench.embedded_throughput") -> dict:
+def run_worker_process(name: str, directory: str, module: str = "bench.embedded_throughput",
+                       http: bool = False) -> dict:
     """Run ``module``'s child for scenario ``name`` in a process of its own (as `streamkit
-    worker` runs) and return its own figures (see :func:`time_worker`)."""
+    worker` runs) and return its own figures (see :func:`time_worker`); ``http``: with
+    the worker's HTTP endpoints on and scraped."""
     command = [sys.executable, "-m", module, "--child", name, directory]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    env.pop(HTTP_ON, None)
+    if http:
+        env[HTTP_ON] = "1"
     out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{name}: worker process failed:\n{out.stderr[-3000:]}")
@@ -389,10 +384,16 @@ def time_worker(app: sk.App, directory: str, counters: Tuple[str, ...] = (), unt
     started), records processed, peak RSS and the named ``counters`` of its totals."""
     transport = EmbeddedTransport(directory)
     worker = app.worker(transport, until_idle=until_idle)
+    if os.environ.get(HTTP_ON):
+        import streamkit.operations.http_server  # noqa: F401 - loaded before the clock starts, as a worker would
+        import streamkit.operations.lag_endpoint  # noqa: F401
     tune_gc_for_streaming()  # as `streamkit worker` does
     started_at = time.time()
     started, cpu_started = time.perf_counter(), time.process_time()
-    asyncio.run(worker.run())
+    if os.environ.get(HTTP_ON):
+        asyncio.run(run_with_http(worker))
+    else:
+        asyncio.run(worker.run())
     elapsed = time.perf_counter() - started - until_idle
     cpu = time.process_time() - cpu_started
     transport.close()
@@ -401,6 +402,33 @@ def time_worker(app: sk.App, directory: str, counters: Tuple[str, ...] = (), unt
                "peak_rss_mib": peak_rss_mib()}
     figures.update((name, getattr(worker.totals, name)) for name in counters)
     print(json.dumps(figures))
+
+
+HTTP_ON = "STREAMKIT_BENCH_HTTP"
+"""Set in a child's environment: its worker serves --http and is scraped every second."""
+SCRAPE_EVERY_S = 1.0
+
+
+async def run_with_http(worker) -> None:  # noqa: ANN001 - a streamkit Worker
+    """``worker.run()`` with its HTTP endpoints on, and /metrics scraped every second by
+    another process (as Prometheus would, more often than its 15 s default)."""
+    from streamkit.operations.http_server import HttpEndpoints
+
+    endpoints = HttpEndpoints("127.0.0.1:0")
+    await endpoints.start(worker)
+    scraper = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, urllib.request\n"
+        "while True:\n"
+        "    try: urllib.request.urlopen(sys.argv[1] + '/metrics', timeout=5).read()\n"
+        "    except OSError: pass\n"
+        f"    time.sleep({SCRAPE_EVERY_S})\n"), worker.endpoint], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        await worker.run()
+    finally:
+        scraper.kill()
+        scraper.wait()
+        await endpoints.stop()
 
 
 def child(name: str, directory: str) -> None:
@@ -418,7 +446,7 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_once(name: str, n_events: int) -> dict:
+def run_once(name: str, n_events: int, http: bool = False) -> dict:
     """Produce, run the worker process, verify its output; return its figures."""
     make_app, expect, verify, keys, _floor, make, stages = SCENARIOS[name]
     directory = tempfile.mkdtemp(prefix=f"sk-bench-{name}-")
@@ -428,7 +456,7 @@ def run_once(name: str, n_events: int) -> dict:
         produce(transport, events)
         expected = expect(events)
         del events
-        figures = run_worker_process(name, directory)
+        figures = run_worker_process(name, directory, http=http)
         assert figures["records"] == n_events * stages, \
             f"{name}: processed {figures['records']} records for {n_events} events in {stages} stage(s)"
         committed = transport.admin.committed_offsets(make_app().id)
@@ -456,6 +484,21 @@ def judge(name: str, results: Dict[str, dict]) -> str:
     return f"{ratio:.0%} of {other} (floor {float(fraction):.0%}: {verdict})"
 
 
+def measure_http_cost(names: List[str], n_events: int, reps: int) -> None:
+    """Each scenario with --http off and on, interleaved rep by rep; the median of each and
+    the cost of the endpoints (1 - on / off)."""
+    print(f"embedded broker, {n_events:,} events: the HTTP endpoints' cost (scraped every {SCRAPE_EVERY_S:g} s), "
+          f"median of {reps}")
+    for name in names:
+        off, on = [], []
+        for _ in range(reps):
+            off.append(run_once(name, n_events)["events_per_second"])
+            on.append(run_once(name, n_events, http=True)["events_per_second"])
+        a, b = statistics.median(off), statistics.median(on)
+        print(f"  {name:<20} off {a:>10,.0f} events/s   on {b:>10,.0f} events/s   cost {1 - b / a:+.1%}  "
+              f"(off: {', '.join(f'{r:,.0f}' for r in off)}; on: {', '.join(f'{r:,.0f}' for r in on)})")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 3 and argv[0] == "--child":
@@ -466,7 +509,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--only", default=None, metavar="NAME[,NAME...]",
                         help=f"run only these: {', '.join([*SCENARIOS, 'restore'])}")
+    parser.add_argument("--http", action="store_true", help="run each scenario with the worker's HTTP endpoints "
+                        "off and on (scraped every second), reps interleaved, and print what they cost")
     args = parser.parse_args(argv)
+    if args.http:
+        measure_http_cost(args.only.split(",") if args.only else ["filter-map", "count"], args.events, args.reps)
+        return
     results: Dict[str, dict] = {}
     print(f"embedded broker, {args.events:,} JSON events, {PARTITIONS} partitions, 1 worker process, "
           f"{os.cpu_count()} cores")

@@ -81,12 +81,7 @@ def run_once(scenario: str, events: list, partitions: int, workers: int) -> dict
                     for _ in range(workers)]
         group = _app(scenario, partitions).id
         ended = _wait_until_committed(transport, group, partitions, len(events), children)
-        figures = []
-        for child in children:
-            out, err = child.communicate(timeout=900)
-            if child.returncode != 0:
-                raise RuntimeError(f"{scenario}: a worker failed:\n{err[-3000:]}")
-            figures.append(json.loads(out.strip().splitlines()[-1]))
+        figures = child_figures(scenario, children)
         processed = sum(f["records"] for f in figures)
         if processed != len(events):
             raise RuntimeError(f"{scenario} x{workers}: the workers processed {processed:,} records "
@@ -105,6 +100,18 @@ def run_once(scenario: str, events: list, partitions: int, workers: int) -> dict
                 "cpu_seconds": sum(f["cpu_seconds"] for f in figures)}
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def child_figures(scenario: str, children: List[subprocess.Popen]) -> List[dict]:
+    """Each worker child's figures (its last stdout line, JSON) once it exited; a child
+    that failed fails the run with its log."""
+    figures = []
+    for child in children:
+        out, err = child.communicate(timeout=900)
+        if child.returncode != 0:
+            raise RuntimeError(f"{scenario}: a worker failed:\n{err[-3000:]}")
+        figures.append(json.loads(out.strip().splitlines()[-1]))
+    return figures
 
 
 def _median(runs: List[dict]) -> dict:

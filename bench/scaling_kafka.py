@@ -40,6 +40,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from bench.kafka_throughput import (CLIENT_ENV, committed_with, create_topics, delete_topics, peak_rss_mib, produce,
                                     read_topic)
 from bench.peers.frameworks.streamkit import build_app
+from bench.scaling import child_figures
 from bench.peers.workload import SCENARIOS, canonical
 
 import orjson
@@ -82,12 +83,7 @@ def run_once(scenario: str, bootstrap: str, events: list, partitions: int, worke
         ended = asyncio.run(_wait_until_committed(bootstrap, run_id, source, partitions, len(events), children))
         if broker_cpu is not None:
             broker_cpu = process_cpu_seconds(broker_pid) - broker_cpu  # type: ignore[arg-type]
-        figures = []
-        for child in children:
-            out, err = child.communicate(timeout=900)
-            if child.returncode != 0:
-                raise RuntimeError(f"{scenario}: a worker failed:\n{err[-3000:]}")
-            figures.append(json.loads(out.strip().splitlines()[-1]))
+        figures = child_figures(scenario, children)
         fetched = sum(f["records"] for f in figures)
         if fetched < len(events):
             raise RuntimeError(f"{scenario} x{workers}: the workers fetched {fetched:,} records for {len(events):,}")

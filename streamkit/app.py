@@ -18,6 +18,7 @@ Topology: doc-app
 """
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -115,7 +116,8 @@ class App:
                  cache_max_bytes: int = 10 * 1024 * 1024, num_standby_replicas: int = 0,
                  kafka_config: Optional[Mapping[str, Any]] = None,
                  close_idle_windows_after: Optional[timedelta] = None,
-                 max_task_idle: timedelta = timedelta(0)) -> None:
+                 max_task_idle: timedelta = timedelta(0), http: Optional[str] = None,
+                 health_stall_after: timedelta = timedelta(seconds=30)) -> None:
         self.config = AppConfig(
             app_id, processing_guarantee=processing_guarantee, commit_interval=commit_interval,
             deserialization_error_handler=deserialization_error_handler,
@@ -131,6 +133,17 @@ class App:
         self._topics: Dict[str, TopicSpec] = {}
         self._topology_fns: List[Callable[[StreamsBuilder], None]] = []
         self._topology: Optional[Topology] = None
+        self.http = http
+        """``HOST:PORT`` where a worker of this app serves its HTTP endpoints (metrics,
+        health, interactive queries, lag, the live page; port 0: any free port), else
+        ``$STREAMKIT_HTTP``; None and no variable: no HTTP server."""
+        if health_stall_after.total_seconds() <= 0:
+            raise ConfigError(f"health_stall_after must be positive, got {health_stall_after}")
+        self.health_stall_after = health_stall_after
+        """How long the processing loop may go without a turn before ``GET /health`` says 503."""
+        self._running: Optional[Any] = None
+        """(worker, its event loop, its HTTP server or a local query answerer) while
+        :meth:`run` runs in this process: what :meth:`query` asks."""
 
     # -- declarations -------------------------------------------------------------
 
@@ -213,16 +226,62 @@ class App:
 
     def run(self, *, broker: Optional[str] = None, until_idle: Optional[float] = None,
             guarantee: Optional[str] = None, state_dir: Optional[str] = None,
-            standby_replicas: Optional[int] = None, config_file: Optional[str] = None) -> "TaskMetrics":
+            standby_replicas: Optional[int] = None, config_file: Optional[str] = None,
+            http: Optional[str] = None) -> "TaskMetrics":
         """Run a worker in this process until SIGINT/SIGTERM, ``until_idle`` seconds
         without input, or an error; returns the worker's record counts. The keyword
-        arguments override the app's settings (``broker``: see :meth:`resolve_broker`)."""
+        arguments override the app's settings (``broker``: see :meth:`resolve_broker`;
+        ``http``: see :attr:`http`)."""
         from .runtime.worker import run_worker
 
         config = self.config.with_overrides(guarantee=guarantee, state_dir=state_dir,
                                             standby_replicas=standby_replicas)
-        return run_worker(self.build(), config, broker=self.resolve_broker(broker), until_idle=until_idle,
-                          config_file=config_file)
+        address = http or self.http or os.environ.get("STREAMKIT_HTTP") or None
+        companions = []
+        if address:
+            from .operations.http_server import HttpEndpoints
+
+            companions.append(HttpEndpoints(address, stall_after=self.health_stall_after.total_seconds()))
+
+        def started(worker: Any, loop: Any) -> None:
+            from .operations.http_server import OperationsServer
+
+            server = companions[0].server if companions else OperationsServer(worker, "127.0.0.1:0")
+            self._running = (worker, loop, server)
+
+        try:
+            return run_worker(self.build(), config, broker=self.resolve_broker(broker), until_idle=until_idle,
+                              config_file=config_file, companions=companions, on_start=started)
+        finally:
+            self._running = None
+
+    def query(self, store: str, key: Any, *, window_from: Optional[int] = None, window_to: Optional[int] = None,
+              allow_standby: bool = False, timeout: float = 10.0) -> Dict[str, Any]:
+        """Ask the worker :meth:`run` runs in this process (call from another thread)
+        for ``key`` of ``store``: ``{"key", "value", "task", "owner", "standby"}``, the
+        value None when absent; a key whose task runs on another worker is asked of it
+        over HTTP (this worker needs ``http`` for that). Window stores take
+        ``window_from``/``window_to`` (epoch ms). Raises :class:`StreamkitError` when no
+        worker runs here, and when the answer is not available now (restoring,
+        rebalancing): ask again."""
+        import asyncio
+
+        from .errors import StreamkitError
+        from .operations.queries import QueryError
+
+        running = self._running
+        if running is None:
+            raise StreamkitError(f"app {self.id}: no worker runs in this process (start app.run() in a thread)")
+        worker, loop, server = running
+        future = asyncio.run_coroutine_threadsafe(
+            server.answer(store, key, window_from, window_to, allow_standby=allow_standby), loop)
+        try:
+            status, body = future.result(timeout)
+        except QueryError as exc:
+            raise StreamkitError(f"query of store '{store}' for key {key!r}: {exc}") from None
+        if status == 404:
+            body["value"] = None
+        return body
 
     def __repr__(self) -> str:
         return f"<App {self.id!r}>"

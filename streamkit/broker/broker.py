@@ -320,10 +320,11 @@ class EmbeddedBroker:
         self._check_open()
         self._groups.delete(group)
 
-    def try_lock_task(self, group: str, task_id: str) -> Optional[TaskLock]:
-        """Non-blocking exclusive ownership of a task, released by release() or death."""
+    def try_lock_task(self, group: str, task_id: str, endpoint: Optional[str] = None) -> Optional[TaskLock]:
+        """Non-blocking exclusive ownership of a task, released by release() or death;
+        ``endpoint``: the holder's HTTP address (see task_owner)."""
         self._check_open()
-        lock = self._groups.try_lock_task(group, task_id)
+        lock = self._groups.try_lock_task(group, task_id, endpoint)
         if lock is not None:
             with self._mutex:
                 self._task_locks.add(lock)

@@ -293,8 +293,9 @@ class GroupStore:
         """The ids of ``group``'s live members, sorted."""
         return live_members(self._group_dir(group))
 
-    def try_lock_task(self, group: str, task_id: str) -> Optional[TaskLock]:
+    def try_lock_task(self, group: str, task_id: str, endpoint: Optional[str] = None) -> Optional[TaskLock]:
         """Take the task's lock without blocking; None if another holder has it.
+        ``endpoint``: the holder's HTTP address, kept in the owner file for interactive queries.
 
         A lock belongs to one TaskLock object: a second attempt, even from the same
         process, returns None until it is released.
@@ -319,7 +320,7 @@ class GroupStore:
         owner_path = tasks / f"{name}.owner"
         pid = os.getpid()
         owner = {"pid": pid, "host": socket.gethostname(), "acquired_at": time.time(),
-                 "proc_start": _process_start(pid)}
+                 "proc_start": _process_start(pid), "endpoint": endpoint}
         try:
             write_json_atomic(owner_path, owner, durable=False)
         except BaseException:
@@ -328,7 +329,7 @@ class GroupStore:
         return TaskLock(group, task_id, fd, owner_path)
 
     def task_owner(self, group: str, task_id: str) -> Optional[dict]:
-        """{"pid", "host", "acquired_at"} of the live holder of a task, None if free.
+        """{"pid", "host", "acquired_at", "endpoint"} of the live holder of a task, None if free.
 
         Reads the owner file; checks that the process lives (same host) and, only then,
         that the lock is really held, so it never races with try_lock_task on a free task.
@@ -353,7 +354,8 @@ class GroupStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return {"pid": pid, "host": owner.get("host"), "acquired_at": owner.get("acquired_at")}
+            return {"pid": pid, "host": owner.get("host"), "acquired_at": owner.get("acquired_at"),
+                    "endpoint": owner.get("endpoint")}
         finally:
             os.close(fd)
         return None  # a stale owner file: nobody holds the lock

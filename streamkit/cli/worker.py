@@ -27,14 +27,17 @@ log = logging.getLogger("streamkit.cli")
 @click.option("--standby-replicas", type=click.IntRange(min=0), default=None,
               help="Kafka: warm standby copies of each task's stores on other workers "
                    "(default: the app's num_standby_replicas).")
+@click.option("--http", "http", default=None, metavar="HOST:PORT",
+              help="Serve metrics, health, interactive queries, lag and the live page here (port 0: any "
+                   "free port, logged); default: the app's http setting, else $STREAMKIT_HTTP, else off.")
 def worker(app_spec: str, broker: Optional[str], until_idle: Optional[float], guarantee: Optional[str],
-           state_dir: Optional[str], standby_replicas: Optional[int]) -> None:
+           state_dir: Optional[str], standby_replicas: Optional[int], http: Optional[str]) -> None:
     """Run APP (module or module:attribute) until stopped (Ctrl-C / SIGTERM commit first)."""
     app = load_app(app_spec)
     url = app.resolve_broker(broker)
     try:
         totals = app.run(broker=url, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir,
-                         standby_replicas=standby_replicas)
+                         standby_replicas=standby_replicas, http=http)
     except RecordError as exc:
         log.error("worker stopped: %s", exc)
         raise click.ClickException(f"{exc} (offsets are committed only up to before this record)") from None

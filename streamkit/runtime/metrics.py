@@ -1,4 +1,4 @@
-"""Per-task counters, read by the worker's log lines and the test driver."""
+"""Per-task counters, read by the worker's log lines, its metrics endpoint and the test driver."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -20,6 +20,9 @@ class TaskMetrics:
     records_lost_to_retention: int = 0
     """Input records deleted (retention, delete_records, a reset below the log start)
     before the task read them (see Consumer.take_lost)."""
+    processing_seconds: float = 0.0
+    """Wall seconds the worker spent running this task's records through its topology
+    (with records_processed: the mean processing time per record)."""
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Dict, FrozenSet, Set
+from typing import Dict, FrozenSet, Optional, Set
 
 from ..state.task_stores import OpenStore, TaskStores, open_task_stores
 from ..topology import Topology
@@ -32,6 +32,10 @@ class StandbyTasks:
     @property
     def task_ids(self) -> Set[str]:
         return set(self._tasks)
+
+    def stores(self, task_id: str) -> Optional[TaskStores]:
+        """The stores of standby ``task_id`` (None when this worker keeps no copy of it)."""
+        return self._tasks.get(task_id)
 
     def keep(self, task_ids: FrozenSet[str]) -> None:
         """Close every standby not in ``task_ids`` (dropped, or promoted to active)."""
@@ -76,6 +80,7 @@ class StandbyTasks:
                 continue
             entries = {key: value for _offset, _ts, key, value, _headers in batch.records}
             store.buffer.persistent.apply(entries, batch.records[-1][0] + 1)
+            store.buffer.forget_cached()  # written below the buffer: a query must not read a stale copy
             applied += len(batch.records)
         return applied
 

@@ -17,7 +17,7 @@ import os
 import signal
 import time
 import uuid
-from typing import Dict, FrozenSet, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Protocol, Sequence
 
 from ..core.app_config import AppConfig
 from ..errors import ConfigError, StreamkitError, TaskMigratedError
@@ -35,6 +35,7 @@ from .external_sources import with_external_sources
 from .global_tables import GlobalTables
 from .record_order import interleave_lanes, merge_by_timestamp
 from .metrics import TaskMetrics
+from .observations import WorkerObservations
 from .pacing import Pauses, frontier
 from .progress import marker, repartition_writers, writer_rank, written_repartition_topics
 from .standby import StandbyTasks
@@ -122,10 +123,59 @@ class Worker(CommitSteps):
         """This worker started the transport's housekeeping (and stops it when it ends)."""
         self._announced: Dict[str, tuple] = {}
         """Per task: the progress its last markers announced (see _send_markers)."""
+        self.observations = WorkerObservations()
+        """The loop's vital signs, commits and restores (read by the operations endpoints)."""
+        self.endpoint: Optional[str] = None
+        """This worker's HTTP address (``http://host:port``), advertised to the group so
+        other workers can forward interactive queries to it; set before :meth:`run`."""
 
     def stop(self) -> None:
         """Ask the loop to commit and exit (safe to call from a signal handler)."""
         self._stopping = True
+
+    # -- what operations tools read (HTTP endpoints, metrics); never mutated by them ----
+    @property
+    def rebalancing(self) -> bool:
+        """Between a revocation's commit and the group's new assignment."""
+        return self._suspended
+
+    @property
+    def assigned(self) -> bool:
+        """The group has given this worker an assignment at least once."""
+        return self._assigned_once
+
+    def task_states(self) -> Dict[str, str]:
+        """Every task this worker holds: ``restoring``, ``running`` or ``standby``."""
+        states = {tid: "restoring" if tid in self.observations.restoring else "running" for tid in self.tasks}
+        if self._standbys is not None:
+            for tid in self._standbys.task_ids:
+                states.setdefault(tid, "standby")
+        return states
+
+    def task_stores(self, task_id: str, *, standby: bool = False) -> Optional[Dict[str, Any]]:
+        """The stores (by name) of active task ``task_id`` on this worker, or of its
+        standby copy with ``standby``; None when this worker holds neither."""
+        if standby:
+            stores = self._standbys.stores(task_id) if self._standbys is not None else None
+            return None if stores is None else stores.by_name
+        task = self.tasks.get(task_id)
+        return None if task is None else task.store_set.by_name
+
+    def endpoint_of(self, task_id: str) -> Optional[str]:
+        """The HTTP address of the worker running ``task_id`` as the group knows it (None
+        when nobody runs it or its worker serves no HTTP)."""
+        if task_id in self.tasks:
+            return self.endpoint
+        return self._membership.endpoint_of(task_id) if self._membership is not None else None
+
+    def standby_endpoints_of(self, task_id: str) -> tuple:
+        """The HTTP addresses of the workers keeping a standby copy of ``task_id``."""
+        return self._membership.standby_endpoints_of(task_id) if self._membership is not None else ()
+
+    def input_positions(self) -> Dict[TopicPartition, Optional[int]]:
+        """Per input partition of the running tasks: the next offset to process (None:
+        nothing processed or committed yet, so the start of the log)."""
+        return {tp: task.positions.get(tp) for task in self.tasks.values() for tp in task.input_partitions}
 
     # -- life cycle -----------------------------------------------------------------
     async def run(self) -> None:
@@ -147,7 +197,7 @@ class Worker(CommitSteps):
                 tasks=self._plan_tasks, standby_replicas=self.standby_replicas,
                 stateful=frozenset(t for t in self._plan_tasks
                                    if topology.sub_topologies[parse_task_id(t)[0]].store_names),
-                running=lambda: frozenset(self.tasks), local_state=self._local_state))
+                running=lambda: frozenset(self.tasks), local_state=self._local_state, endpoint=self.endpoint))
             self._state = claim_state_directory(
                 self._explicit_state_dir or default_state_dir(transport, app_id),
                 exclusive=self._membership.group_managed, explicit=self._explicit_state_dir is not None)
@@ -181,10 +231,14 @@ class Worker(CommitSteps):
                 log.info("the final commit wrote records this worker reads: processing them before stopping")
                 await self._loop()
                 await self._final_commit()
-        except BaseException:
+        except BaseException as exc:
+            if not isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
+                self.observations.failure = f"{type(exc).__name__}: {exc}"
             await self._abandon()
+            self.observations.stopped = True
             raise
         await self._shutdown()
+        self.observations.stopped = True
 
     async def _loop(self) -> None:
         """Until stopped: follow the membership, fetch, process, send outputs, commit on time."""
@@ -198,7 +252,9 @@ class Worker(CommitSteps):
         assert self._membership is not None
         waits_for_group = self._membership.group_managed  # not idle before the group assigned tasks
         next_markers = now + MARKER_INTERVAL
+        observations = self.observations
         while not self._stopping:
+            observations.tick()
             if await self._rebalance():
                 idle_since = time.monotonic()  # new work restarts the --until-idle clock
             # Idle means fetches found nothing for that long (slow commits do not count), with
@@ -229,6 +285,7 @@ class Worker(CommitSteps):
             # processed since, and the group may already have moved the partitions.
             if (now >= next_commit or buffered > cache_limit) and not self._suspended:
                 await self._commit()
+                observations.committed(time.monotonic() - now)
                 next_commit = time.monotonic() + self.commit_interval
                 self._round_deadline = time.monotonic() + self._round_budget
             self._progress.maybe_log(now, self.tasks)
@@ -283,6 +340,7 @@ class Worker(CommitSteps):
             started = time.monotonic()
             task.process(tp.topic, records)
             took = time.monotonic() - started
+            task.metrics.processing_seconds += took
             if took > MAX_BLOCKING:
                 self._slice = max(1, int(len(records) * MAX_BLOCKING / took))
             elif self._slice < SLICE and took < MAX_BLOCKING / 4:
@@ -466,8 +524,11 @@ class Worker(CommitSteps):
             task.rebuild_from_input(positions, replay_from)
             positions, notes = dict(replay_from or {}), {}
         else:
+            observations = self.observations
             self.restored[tid] = await restore_task_stores(
-                tid, task.store_set, self._restore_consumer, self.transport.admin)
+                tid, task.store_set, self._restore_consumer, self.transport.admin,
+                progress=lambda done, total: observations.restore_progress(tid, done, total))
+            observations.restore_done(tid, sum(self.restored[tid].values()))
         self._consumer.assign(inputs, positions)
         task.positions.update(positions)  # where to resume if the group moves it before it reads
         for tp in inputs:
@@ -648,9 +709,20 @@ def tune_gc_for_streaming() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
+class WorkerCompanion(Protocol):
+    """Something that runs beside a worker in its event loop (the HTTP endpoints):
+    started before the worker joins its group, stopped after it has stopped."""
+
+    async def start(self, worker: "Worker") -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 def run_worker(topology: Topology, config: AppConfig, *, broker: str, until_idle: Optional[float] = None,
-               config_file: Optional[str] = None) -> TaskMetrics:
-    """Run a worker in this process until SIGINT/SIGTERM, ``until_idle``, or an error."""
+               config_file: Optional[str] = None, companions: Sequence[WorkerCompanion] = (),
+               on_start: Optional[Callable[["Worker", asyncio.AbstractEventLoop], None]] = None) -> TaskMetrics:
+    """Run a worker in this process until SIGINT/SIGTERM, ``until_idle``, or an error.
+    ``companions`` run beside it; ``on_start(worker, loop)`` is called once both exist."""
     tune_gc_for_streaming()
     transport = open_transport(broker, kafka_config=config.kafka_config, config_file=config_file)
     worker = Worker(topology, config, transport, until_idle=until_idle)
@@ -662,7 +734,20 @@ def run_worker(topology: Topology, config: AppConfig, *, broker: str, until_idle
                 loop.add_signal_handler(sig, worker.stop)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
-        await worker.run()
+        started: List[WorkerCompanion] = []
+        try:
+            for companion in companions:
+                await companion.start(worker)
+                started.append(companion)
+            if on_start is not None:
+                on_start(worker, loop)
+            await worker.run()
+        finally:
+            for companion in reversed(started):
+                try:
+                    await companion.stop()
+                except Exception as exc:  # noqa: BLE001 - the worker's own outcome matters more
+                    log.warning("stopping %s failed: %s", type(companion).__name__, exc)
 
     started = time.monotonic()
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..faults import crash_point
 from ..core.records import TopicPartition
@@ -26,9 +26,11 @@ EMPTY_FETCHES_BELOW_END = 20
 
 
 async def restore_task_stores(task_id: str, stores: TaskStores, consumer: Consumer, admin: Admin,
-                              *, show_progress: Optional[bool] = None) -> Dict[str, int]:
+                              *, show_progress: Optional[bool] = None,
+                              progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, int]:
     """Bring every changelogged store of a task up to the end of its changelog; return the
-    records replayed per store."""
+    records replayed per store. ``progress(restored, total)`` is called after each batch
+    (``total``: the records between the checkpoints and the changelogs' ends)."""
     report: Dict[str, int] = {}
     todo: List[tuple] = []
     for store in stores.open_stores:
@@ -52,8 +54,21 @@ async def restore_task_stores(task_id: str, stores: TaskStores, consumer: Consum
     total = sum(end - start for _, _, start, end in todo)
     bar = _progress_bar(task_id, total, show_progress)
     started = time.monotonic()
+    done = 0
+
+    def advanced(records: int) -> None:
+        nonlocal done
+        done += records
+        if bar is not None:
+            bar.update(records)
+        if progress is not None:
+            progress(done, total)
+
+    if progress is not None:
+        progress(0, total)
     for store, tp, start, end in todo:
-        report[store.spec.name] = await _replay(store, tp, start, end, consumer, bar, task_id)
+        report[store.spec.name] = await _replay(store, tp, start, end, consumer, advanced,
+                                                show_log=bar is None, task_id=task_id)
     if bar is not None:
         bar.close()
     elapsed = max(time.monotonic() - started, 1e-9)
@@ -64,7 +79,7 @@ async def restore_task_stores(task_id: str, stores: TaskStores, consumer: Consum
 
 
 async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, consumer: Consumer,
-                  bar, task_id: str) -> int:
+                  advanced: Callable[[int], None], *, show_log: bool, task_id: str) -> int:
     consumer.assign([tp], {tp: start})
     store.buffer.forget_cached()  # restore writes below the buffer
     persistent = store.buffer.persistent
@@ -87,10 +102,9 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
                 persistent.apply(entries, batch.records[-1][0] + 1)
                 crash_point("restore.batch")
                 replayed += len(batch.records)
-                if bar is not None:
-                    bar.update(len(batch.records))
+                advanced(len(batch.records))
             now = time.monotonic()
-            if bar is None and now - last_log >= LOG_EVERY:
+            if show_log and now - last_log >= LOG_EVERY:
                 log.info("task %s restoring %s: %d of ~%d record(s)", task_id, store.spec.name, replayed,
                          end - start)
                 last_log = now

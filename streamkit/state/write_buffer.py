@@ -48,15 +48,26 @@ class WriteBuffer:
         self._pending_sorted: Optional[SortedList] = None
         """The pending keys in order, kept once a range scan needed them (window stores scan
         on every record: sorting the pending writes each time would be quadratic)."""
+        self.reads = 0
+        """Point reads (:meth:`get`) since the store opened."""
+        self.misses = 0
+        """Point reads that went to the persistent store (neither buffered nor cached)."""
 
     def get(self, key: bytes) -> Optional[bytes]:
+        self.reads += 1
         value = self.pending.get(key, _MISSING)
         if value is _MISSING:
             value = self._committed.get(key, _MISSING)
             if value is _MISSING:
+                self.misses += 1
                 value = self.persistent.get(key)
                 self._remember(key, value)
         return value  # type: ignore[return-value]
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes held in memory: uncommitted writes and the read cache (approximate)."""
+        return self.size_bytes + self._committed_bytes
 
     def _remember(self, key: bytes, value: Optional[bytes]) -> None:
         committed = self._committed

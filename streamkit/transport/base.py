@@ -11,7 +11,7 @@ layer uses them) and re-exported here.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..core.records import (Headers, OutgoingRecord, PartitionOffsets, RawRecord,  # noqa: F401 (re-exported)
@@ -54,6 +54,11 @@ class Admin(abc.ABC):
 
     @abc.abstractmethod
     def committed_offsets(self, group: str) -> dict[TopicPartition, int]: ...
+
+    def group_members(self, group: str) -> Optional[list[str]]:
+        """The ids of ``group``'s live members (consumers in the group now), sorted; None
+        when the broker cannot tell."""
+        return None
 
     @abc.abstractmethod
     def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None: ...
@@ -175,6 +180,11 @@ class TaskAssignment:
     standby: FrozenSet[str] = frozenset()
     error: Optional[str] = None
     """Why the group cannot run the app as planned (e.g. a source topic was deleted)."""
+    endpoints: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """Per task of the whole app: the HTTP address of the member running it (members
+    without one left out), so any worker can route an interactive query."""
+    standby_endpoints: Mapping[str, Tuple[str, ...]] = field(default_factory=dict, compare=False)
+    """Per task: the HTTP addresses of the members keeping a standby copy of it."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,8 @@ class GroupPlan:
     """The tasks this worker runs now (kept where they are when the group rebalances)."""
     local_state: Callable[[], FrozenSet[str]] = frozenset
     """The tasks this worker holds local state for (preferred when placing tasks)."""
+    endpoint: Optional[str] = None
+    """This worker's HTTP address, advertised to the group for interactive queries."""
 
 
 class Membership(abc.ABC):
@@ -226,6 +238,14 @@ class Membership(abc.ABC):
     def owner_of(self, task_id: str) -> Optional[str]:
         """A description of the worker holding ``task_id``, if known."""
         return None
+
+    def endpoint_of(self, task_id: str) -> Optional[str]:
+        """The HTTP address the worker running ``task_id`` advertised, if known."""
+        return None
+
+    def standby_endpoints_of(self, task_id: str) -> Tuple[str, ...]:
+        """The HTTP addresses of the workers keeping a standby copy of ``task_id``."""
+        return ()
 
     async def aclose(self) -> None:
         """Leave the group."""

@@ -180,6 +180,7 @@ class EmbeddedMembership(Membership):
         self._next_poll = 0.0
         self._next_share_check = 0.0
         self._member = broker.join_group(group)
+        self._endpoint = plan.endpoint
 
     def _share(self) -> int:
         members = max(1, len(self._broker.group_members(self._group)))
@@ -230,7 +231,7 @@ class EmbeddedMembership(Membership):
                 break
             if task_id in self._locks:
                 continue
-            lock = self._broker.try_lock_task(self._group, task_id)
+            lock = self._broker.try_lock_task(self._group, task_id, self._endpoint)
             if lock is not None:
                 self._locks[task_id] = lock
                 taken.append(task_id)
@@ -244,6 +245,10 @@ class EmbeddedMembership(Membership):
     def owner_of(self, task_id: str) -> Optional[str]:
         owner = self._broker.task_owner(self._group, task_id)
         return None if owner is None else f"pid {owner.get('pid')} on {owner.get('host')}"
+
+    def endpoint_of(self, task_id: str) -> Optional[str]:
+        owner = self._broker.task_owner(self._group, task_id)
+        return None if owner is None else owner.get("endpoint")
 
 
 class EmbeddedTransport(Transport):

@@ -37,10 +37,12 @@ class MemberState:
     """Tasks it holds local state for (standbys included)."""
     plan: str = ""
     """A fingerprint of its task plan: members running different topologies are an error."""
+    endpoint: Optional[str] = None
+    """Its HTTP address for interactive queries (like Kafka Streams' application.server)."""
 
     def encode(self) -> bytes:
         return orjson.dumps({"v": VERSION, "active": sorted(self.active), "local": sorted(self.local),
-                             "plan": self.plan})
+                             "plan": self.plan, "endpoint": self.endpoint})
 
     @classmethod
     def decode(cls, data: bytes) -> "MemberState":
@@ -48,17 +50,37 @@ class MemberState:
             raw = orjson.loads(data) if data else {}
         except orjson.JSONDecodeError:
             raw = {}
-        return cls(frozenset(raw.get("active", ())), frozenset(raw.get("local", ())), raw.get("plan", ""))
+        return cls(frozenset(raw.get("active", ())), frozenset(raw.get("local", ())), raw.get("plan", ""),
+                   raw.get("endpoint"))
 
 
 def encode_assignment(assignment: TaskAssignment) -> bytes:
     return orjson.dumps({"v": VERSION, "active": sorted(assignment.active), "standby": sorted(assignment.standby),
-                         "error": assignment.error})
+                         "error": assignment.error, "endpoints": dict(assignment.endpoints),
+                         "standby_endpoints": {t: list(e) for t, e in assignment.standby_endpoints.items()}})
 
 
 def decode_assignment(data: bytes) -> TaskAssignment:
     raw = orjson.loads(data) if data else {}
-    return TaskAssignment(frozenset(raw.get("active", ())), frozenset(raw.get("standby", ())), raw.get("error"))
+    return TaskAssignment(frozenset(raw.get("active", ())), frozenset(raw.get("standby", ())), raw.get("error"),
+                          dict(raw.get("endpoints") or {}),
+                          {t: tuple(e) for t, e in (raw.get("standby_endpoints") or {}).items()})
+
+
+def endpoint_maps(placed: Mapping[str, TaskAssignment], states: Mapping[str, MemberState]
+                  ) -> Tuple[Dict[str, str], Dict[str, Tuple[str, ...]]]:
+    """Per task, the advertised HTTP address of its active member and of its standbys'."""
+    active: Dict[str, str] = {}
+    standby: Dict[str, List[str]] = {}
+    for member, assignment in placed.items():
+        endpoint = states[member].endpoint if member in states else None
+        if not endpoint:
+            continue
+        for task in assignment.active:
+            active[task] = endpoint
+        for task in assignment.standby:
+            standby.setdefault(task, []).append(endpoint)
+    return active, {task: tuple(sorted(endpoints)) for task, endpoints in standby.items()}
 
 
 def assign_tasks(tasks: Sequence[str], members: Mapping[str, MemberState],
@@ -157,11 +179,11 @@ class TaskAssignor(AbstractPartitionAssignor):
                      f"shrunk while the app ran?): tasks {', '.join(missing)} cannot run")
             log.error("%s", error)
         placed = assign_tasks(sorted(usable, key=_task_order), states, self.standby_replicas, self.stateful)
+        endpoints, standby_endpoints = endpoint_maps(placed, states)
         out = {}
         for member in members:
             assignment = placed.get(member, TaskAssignment())
-            if error:
-                assignment = TaskAssignment(assignment.active, assignment.standby, error)
+            assignment = TaskAssignment(assignment.active, assignment.standby, error, endpoints, standby_endpoints)
             by_topic: Dict[str, List[int]] = {}
             for task in sorted(assignment.active, key=_task_order):
                 for tp in self.tasks[task]:

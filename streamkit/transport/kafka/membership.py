@@ -150,7 +150,8 @@ class KafkaGroupMembership(Membership):
         fingerprint = plan_fingerprint(plan.tasks)
         self._assignor = TaskAssignor(
             tasks=plan.tasks, standby_replicas=plan.standby_replicas, stateful=plan.stateful,
-            state=lambda: MemberState(frozenset(plan.running()), frozenset(plan.local_state()), fingerprint))
+            state=lambda: MemberState(frozenset(plan.running()), frozenset(plan.local_state()), fingerprint,
+                                      plan.endpoint))
         self._kafka = no_topic_auto_creation(AIOKafkaConsumer(
             **config.consumer_kwargs(), group_id=group, enable_auto_commit=False,
             auto_offset_reset="none",  # a position outside the log is handled by fetch_batches
@@ -183,6 +184,14 @@ class KafkaGroupMembership(Membership):
                          "offsets with new producers", self._group, ", ".join(restart))
                 return self._assignor.received
         return pending
+
+    def endpoint_of(self, task_id: str) -> Optional[str]:
+        received = self._assignor.received
+        return None if received is None else received.endpoints.get(task_id)
+
+    def standby_endpoints_of(self, task_id: str) -> Tuple[str, ...]:
+        received = self._assignor.received
+        return () if received is None else tuple(received.standby_endpoints.get(task_id, ()))
 
     def release(self, task_id: str) -> None:
         """The worker closed ``task_id``. If the group still assigns it here, the task was
