@@ -133,13 +133,13 @@ class OperationsServer:
         if problem is not None:
             return problem
         worker = self.worker
+        restoring = sorted(t for t, s in worker.task_states().items() if s == "restoring")
+        if restoring:
+            return f"restoring task(s) {', '.join(restoring)}"
         if not worker.assigned:
             return "waiting for the group to assign tasks"
         if worker.rebalancing:
             return "the group is rebalancing"
-        restoring = sorted(t for t, s in worker.task_states().items() if s == "restoring")
-        if restoring:
-            return f"restoring task(s) {', '.join(restoring)}"
         return None
 
     async def health(self, request: web.Request) -> web.Response:

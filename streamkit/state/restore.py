@@ -8,6 +8,7 @@ corruption) replays the whole changelog.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -103,6 +104,7 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
                 crash_point("restore.batch")
                 replayed += len(batch.records)
                 advanced(len(batch.records))
+            await asyncio.sleep(0)  # a long restore must not starve the loop (HTTP /ready, heartbeats)
             now = time.monotonic()
             if show_log and now - last_log >= LOG_EVERY:
                 log.info("task %s restoring %s: %d of ~%d record(s)", task_id, store.spec.name, replayed,
