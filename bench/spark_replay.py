@@ -22,8 +22,10 @@ make_events). Producing is not timed. The app (bench/apps_spark_replay.py):
     spark=session)`` on ``get_session("local[2]", spark.ui.enabled=false)``, reading
     the same broker directory after (a). Seconds: the wall time of the replay() call
     (stages, output Parquet and final stores written); the SparkSession's start-up is
-    timed and reported apart. Peak RSS: the Spark process tree (the JVM and its Python
-    workers, summed), sampled every 0.2 s during the replay, and the JVM's own VmHWM.
+    timed and reported apart. Per stage (each sub-topology, or cycle of them) and per
+    output written: its wall seconds as the replay reports them (ReplayResult.stages and
+    .outputs), printed and recorded. Peak RSS: the Spark process tree (the JVM and its
+    Python workers, summed), sampled every 0.2 s during the replay, and the JVM's own VmHWM.
 
 Both figures are input events/s: N / seconds. Ratio: Spark's over the streaming run's.
 
@@ -326,8 +328,12 @@ def run_spark(directory: str, output: str, n: int, bulk: bool) -> Tuple[dict, Li
         result = replay(app, inputs={TOPIC: directory}, output=output, spark=spark, bulk=bulk)
         seconds = time.perf_counter() - started
     written = {o.name: o.records for o in result.outputs if o.kind == "topic"}
+    stages = [{"name": s.name, "how": s.how, "reads": s.reads, "input_records": s.input_records, "sent": s.sent,
+               "seconds": s.seconds} for s in result.stages]
+    outputs = [{"kind": o.kind, "name": o.name, "records": o.records, "seconds": o.seconds} for o in result.outputs]
     figures = {"seconds": seconds, "events_per_second": n / seconds, "session_startup_seconds": startup,
                "replay_reported_seconds": result.seconds, "input_records": result.input_records,
+               "stages": stages, "outputs": outputs, "stage_seconds": result.stage_seconds(),
                "output_records": written.get(OUTPUT), "peak_rss_mib": tree.peak_kib / 1024,
                "jvm_peak_rss_mib": _status_kib(jvm_pid, "VmHWM:") / 1024, "master": MASTER, "bulk": bulk,
                "spark_version": spark.version, "load_average_1m": [load, os.getloadavg()[0]]}
@@ -409,6 +415,16 @@ def main(argv: Optional[List[str]] = None) -> None:
                   f"peak RSS {sparkf['peak_rss_mib']:,.0f} MiB (JVM + Python workers; JVM alone "
                   f"{sparkf['jvm_peak_rss_mib']:,.0f} MiB); session start-up "
                   f"{sparkf['session_startup_seconds']:.1f} s (not counted)", flush=True)
+            for stage in sparkf["stages"]:
+                print(f"    stage {stage['name']} ({stage['how']}, reads {', '.join(stage['reads'])}): "
+                      f"{stage['seconds']:.1f} s, {stage['input_records']:,} replayed record(s) read, "
+                      f"{stage['sent']:,} sent", flush=True)
+            for written in sparkf["outputs"]:
+                print(f"    write {written['kind']} {written['name']}: {written['seconds']:.1f} s, "
+                      f"{written['records']:,} record(s)", flush=True)
+            print(f"    load average (1 min) before/after: streaming "
+                  f"{live['load_average_1m'][0]:.2f}/{live['load_average_1m'][1]:.2f}, spark "
+                  f"{sparkf['load_average_1m'][0]:.2f}/{sparkf['load_average_1m'][1]:.2f}", flush=True)
             checks.append(expected.check("replay output", replay_output(os.path.join(output, "topics", OUTPUT))))
             line, compared = compare(spark, output, directory)
             checks.append(line)

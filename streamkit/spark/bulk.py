@@ -18,15 +18,15 @@ operations, as the live runtime would compute it:
   close stay buffered, as in a live run; several windows due at one record leave
   in the buffer's order (due time, then the buffer's key bytes).
 
-Only what leaves the aggregation comes back to Python, where the sub-topology's
-own compiled nodes after the aggregation (to_stream, map_values, sinks, ...) turn
-it into records, numbered in the live output order. Every other sub-topology runs
+Only what leaves the aggregation comes back to Python (as Arrow batches, sorted by
+task and due position in Spark), where the sub-topology's own compiled nodes after
+the aggregation (to_stream, map_values, sinks, ...) turn it into records, numbered
+in the live output order. Every other sub-topology runs
 through :mod:`.task_runner`. Records written by a bulk plan carry no headers.
 """
 from __future__ import annotations
 
-import pickle
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
 from ..runtime.collector import RecordCollector
 from ..runtime.operators.late_records import LATE_HEADERS
@@ -36,14 +36,17 @@ from ..topology import Topology
 from ..topology import nodes as ir
 from ..topology.model import SubTopology
 from ..windowing import HoppingWindows, TumblingWindows, Windowed
-from .task_runner import ReplayJob, _json_text, _Outputs, build_task, sink_rows
+from .arrow_map import ArrowMap, map_in_arrow
+from .arrow_rows import (EMITTED_FIELDS, HEADERS_DDL, EmittedRows, column_values, emitted_select,
+                         headers_from_arrow, spark_schema)
+from .ordering import SENDER_RANK
+from .routing import TaskRouting
+from .task_runner import ReplayJob, _json_text, _Outputs, add_sink_rows, build_task
 
 _STATELESS = (ir.ToStreamNode, ir.MapValuesNode, ir.MapNode, ir.FilterNode, ir.PeekNode, ir.SinkNode,
               ir.SelectKeyNode, ir.FlatMapNode, ir.FlatMapValuesNode, ir.SplitNode, ir.BranchNode,
               ir.ExternalSinkNode)
 _NULL_AWARE_SERDES = (Json, String, Bytes, Int, Float)
-LATE = "late"
-"""Tags a record dropped as late among what leaves the aggregation."""
 """Value serdes for which "the value is None" can be told from the bytes alone."""
 
 
@@ -92,55 +95,57 @@ class WindowedCountPlan:
         """The node whose children receive what leaves the aggregation."""
         self.retention_ms = retention_ms
 
-    def run(self, spark: Any, job: ReplayJob, sub: SubTopology, tasks: int, items: Any,
+    def run(self, spark: Any, job: ReplayJob, tasks: int, feed: Any, rank: int, routing: TaskRouting,
             cached: List[Any]) -> Any:
-        """The sub-topology's emitted records; persisted frames are added to ``cached``
-        (the caller unpersists them once the outputs are written)."""
+        """The sub-topology's emitted rows (:data:`~.arrow_rows.EMITTED_FIELDS`) from its
+        input ``feed`` (see :mod:`.stages`); persisted frames are added to ``cached`` (the
+        caller unpersists them once the outputs are written)."""
         from pyspark.sql import functions as F
 
-        frame, updates, stream_times = self._updates(spark, items)
+        frame, updates, stream_times = self._updates(feed)
         cached.append(frame)
         if self.suppress is None:
-            leaving = updates.select("task", F.col("pos").alias("at"), "w", "key", "start", "end", "count", "rt",
-                                     F.lit(0).cast("long").alias("due"))
+            leaving = updates.select("task", F.col("pos").alias("at"), F.lit(0).cast("long").alias("due"), "w",
+                                     "key", "start", "end", "count", "rt")
         else:
             leaving = self._finals(updates, stream_times)
-        plan = self
-        rows = leaving.rdd.map(lambda r: ((r.task, r.at, r.due, r.w), (r.key, r.start, r.end, r["count"], r.rt)))
+        leaving = leaving.select("task", "at", "due", "w", "key", "start", "end", "count", "rt",
+                                 F.lit(False).alias("late"), F.lit(None).cast("binary").alias("value"),
+                                 F.lit(None).cast("long").alias("ts"),
+                                 F.lit(None).cast(HEADERS_DDL).alias("headers"), F.lit(None).cast("long").alias("st"))
         if self.aggregate.late_records_topic is not None:
-            late = self._late(frame)
-            rows = rows.union(late.rdd.map(
-                lambda r: ((r.task, r.pos, -1, 0), (LATE, r.key, r.value, r.ts, r.headers, r.st))))
-        emitted = (rows.repartitionAndSortWithinPartitions(tasks, lambda key: key[0])
-                   .mapPartitionsWithIndex(lambda task, it: plan._forward(job, task, it)))
+            late = self._late(frame).select(
+                "task", F.col("pos").alias("at"), F.lit(-1).cast("long").alias("due"), F.lit(0).alias("w"), "key",
+                F.lit(None).cast("long").alias("start"), F.lit(None).cast("long").alias("end"),
+                F.lit(None).cast("long").alias("count"), F.lit(None).cast("long").alias("rt"),
+                F.lit(True).alias("late"), "value", "ts", "headers", "st")
+            leaving = leaving.union(late)
+        ordered = routing.by_task(leaving, "task", tasks).sortWithinPartitions("task", "at", "due", "w")
+        emitted = map_in_arrow(ordered, self._forward(job, rank), spark_schema(EMITTED_FIELDS))
+        read = (frame.where(F.col("offset") >= 0).groupBy("topic", "task").count()
+                .transform(lambda counts: emitted_select(counts, kind=F.lit("input"), name=F.col("topic"),
+                                                         partition=F.col("task"), sequence=F.col("count"))))
+        emitted = emitted.union(read)
         if not job.dump_stores:
             return emitted
         return emitted.union(self._store_rows(updates, stream_times))
 
-    def _updates(self, spark: Any, items: Any) -> Tuple[Any, Any, Any]:
+    def _updates(self, feed: Any) -> Tuple[Any, Any, Any]:
         """The task's input with each record's position and stream time, every accepted
         (record, window) update with its running count, and each task's stream times."""
         from pyspark import StorageLevel
         from pyspark.sql import Window
         from pyspark.sql import functions as F
-        from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
-        schema = StructType([StructField("task", IntegerType(), False), StructField("pmax", LongType(), False),
-                             StructField("idx", IntegerType(), False), StructField("sender", LongType(), False),
-                             StructField("seq", LongType(), False), StructField("ts", LongType(), False),
-                             StructField("key", BinaryType(), True), StructField("value", BinaryType(), True),
-                             StructField("headers", BinaryType(), True)])
-        frame = spark.createDataFrame(
-            items.map(lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3], kv[0][4], kv[1][2], kv[1][3], kv[1][4],
-                                  None if not kv[1][5] else pickle.dumps(tuple(kv[1][5])))),
-            schema)
+        frame = feed.select("task", "pmax", F.col("index").alias("idx"), "sender", F.col("sequence").alias("seq"),
+                            F.col("timestamp").alias("ts"), "key", "value", "headers", "topic", "offset")
         order = Window.partitionBy("task").orderBy("pmax", "idx", "sender", "seq")
         # The aggregation's own stream time: only records that reach it (with a key) move it.
         keyed_ts = F.when(F.col("key").isNotNull(), F.col("ts"))
         frame = (frame.withColumn("pos", F.row_number().over(order))
                  .withColumn("st", F.coalesce(F.max(keyed_ts).over(order.rowsBetween(Window.unboundedPreceding, 0)),
                                               F.lit(-1).cast("long"))))
-        # Read by several branches (updates, stream-time steps, late records): computed once.
+        # Read by several branches (updates, stream-time steps, late records, input counts): computed once.
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         stream_times = frame.select("task", "pos", "st")
         windows = self.aggregate.windows
@@ -198,49 +203,35 @@ class WindowedCountPlan:
         return (both.withColumn("at", F.min("pos").over(ahead)).where((F.col("kind") == 0) & F.col("at").isNotNull())
                 .select("task", "at", F.lit(0).alias("w"), "key", "start", "end", "count", "rt", "due"))
 
-    def _forward(self, job: ReplayJob, task_index: int, rows: Iterator[Any]) -> Iterator[Any]:
-        """Run what leaves the aggregation through the sub-topology's nodes after it."""
-        topology = job.topology
-        sub = topology.sub_topologies[self.sub_id]
-        collector = RecordCollector()
-        task = build_task(job, sub, task_index, collector)
-        _compiled, downstreams = compile_nodes(topology, sub, task.context)
-        downstream = downstreams[self.after]
-        key_serde = self.aggregate.key_serde
-        buffer_key = (topology.stores[self.suppress.store].key_serde.serialize
-                      if self.suppress is not None else None)
-        outputs = _Outputs(task_index)
-        change = ir.Change
-        group: List[Tuple[Any, Any, Any]] = []
-        group_at: Any = None
+    def _forward(self, job: ReplayJob, rank: int) -> ArrowMap:
+        """Runs what leaves the aggregation (batches sorted by task, then due position)
+        through the sub-topology's nodes after it."""
+        plan = self
 
-        def flush() -> Iterator[Any]:
-            if buffer_key is not None:
-                group.sort(key=lambda item: buffer_key(item[0]))  # the buffer's order among equal due times
-            for windowed, value, rt in group:
-                downstream(windowed, value, rt)
-            group.clear()
-            return iter(outputs.take(collector))
-
-        late_topic = self.aggregate.late_records_topic
-        source_topic, node_name = self.source.topic, self.aggregate.name
-        for (_task, at, due, _w), item in rows:
-            if (at, due) != group_at:
-                yield from flush()
-                group_at = (at, due)
-            if item[0] == LATE:
-                # Dropped as late: written as it came, with the headers the live runtime adds.
-                _tag, key, value, ts, headers, st = item
-                extra = tuple(zip(LATE_HEADERS, (node_name.encode(), source_topic.encode(), str(task_index).encode(),
-                                                 str(at - 1).encode(), str(ts).encode(), str(st).encode())))
-                collector.send(late_topic, task_index % job.partitions[late_topic], key, value, ts,
-                               (pickle.loads(headers) if headers else ()) + extra)
-                continue
-            key, start, end, count, rt = item
-            windowed = Windowed(key_serde.deserialize(key), start, end)
-            group.append((windowed, change(count, count - 1 if count > 1 else None), rt))
-        yield from flush()
-        yield from sink_rows(task, outputs)
+        def forward(batches: Iterable[Any]) -> Iterator[Any]:
+            rows = job.emitted_rows()
+            current: Optional[_Forwarding] = None
+            for batch in batches:
+                columns = [column_values(batch, name) for name in
+                           ("task", "at", "due", "late", "key", "start", "end", "count", "rt", "value", "ts", "st")]
+                headers = headers_from_arrow(batch.column("headers"))
+                for (task, at, due, late, key, start, end, count, rt, value, ts, st), record_headers in zip(
+                        zip(*columns), headers):
+                    if current is None or current.task_index != task:
+                        if current is not None:
+                            current.finish()
+                        current = _Forwarding(plan, job, task, rows, rank)
+                    if late:
+                        current.late(at, due, key, value, ts, record_headers, st)
+                    else:
+                        current.update(at, due, key, start, end, count, rt)
+                if rows.full:
+                    yield from rows.take_batches()
+            if current is not None:
+                current.finish()
+            rows.add_tallies()
+            yield from rows.take_batches()
+        return forward
 
     def _store_rows(self, updates: Any, stream_times: Any) -> Any:
         """The window store's final contents: the windows not yet expired at the task's
@@ -253,7 +244,73 @@ class WindowedCountPlan:
                    .join(final_time, "task").where(F.col("start") >= F.col("final_st") - retention))
         key_serde, store = self.aggregate.key_serde, self.aggregate.store
 
-        def row(r: Any) -> Tuple[Any, ...]:
-            windowed = Windowed(key_serde.deserialize(r.key), r.start, r.end)
-            return ("store", store, r.task, _json_text(windowed), _json_text(r["count"]))
-        return windows.rdd.map(row)
+        def store_rows(batches: Iterable[Any]) -> Iterator[Any]:
+            rows = EmittedRows()
+            for batch in batches:
+                columns = [column_values(batch, name) for name in ("task", "key", "start", "end", "count")]
+                for task, key, start, end, count in zip(*columns):
+                    windowed = Windowed(key_serde.deserialize(key), start, end)
+                    rows.add_text_row("store", store, task, None, None, None, _json_text(windowed),
+                                      _json_text(count))
+                if rows.full:
+                    yield from rows.take_batches()
+            rows.add_tallies()
+            yield from rows.take_batches()
+        return map_in_arrow(windows.select("task", "key", "start", "end", "count"), store_rows,
+                            spark_schema(EMITTED_FIELDS))
+
+
+class _Forwarding:
+    """One task's nodes after the aggregation, fed what leaves it in order: the updates
+    due at one record (one group) go out together, in the suppression buffer's order."""
+
+    def __init__(self, plan: WindowedCountPlan, job: ReplayJob, task_index: int, rows: EmittedRows,
+                 rank: int) -> None:
+        topology = job.topology
+        self.plan = plan
+        self.task_index = task_index
+        self.late_topic = plan.aggregate.late_records_topic
+        self.late_partitions = job.partitions[self.late_topic] if self.late_topic is not None else 1
+        self.collector = RecordCollector()
+        self.task = build_task(job, topology.sub_topologies[plan.sub_id], task_index, self.collector)
+        _compiled, downstreams = compile_nodes(topology, job.topology.sub_topologies[plan.sub_id], self.task.context)
+        self.downstream = downstreams[plan.after]
+        self.key_deserialize = plan.aggregate.key_serde.deserialize
+        self.buffer_key = (topology.stores[plan.suppress.store].key_serde.serialize
+                           if plan.suppress is not None else None)
+        self.outputs = _Outputs(rank * SENDER_RANK + task_index, rows)
+        self.group: List[Tuple[Any, Any, Any]] = []
+        self.group_at: Any = None
+
+    def _next(self, at: int, due: int) -> None:
+        if (at, due) != self.group_at:
+            self.flush()
+            self.group_at = (at, due)
+
+    def update(self, at: int, due: int, key: bytes, start: int, end: int, count: int, rt: int) -> None:
+        self._next(at, due)
+        windowed = Windowed(self.key_deserialize(key), start, end)
+        self.group.append((windowed, ir.Change(count, count - 1 if count > 1 else None), rt))
+
+    def late(self, at: int, due: int, key: bytes, value: Optional[bytes], ts: int, headers: Any, st: int) -> None:
+        """A record dropped as late: written as it came, with the headers the live runtime adds."""
+        self._next(at, due)
+        plan = self.plan
+        extra = tuple(zip(LATE_HEADERS, (plan.aggregate.name.encode(), plan.source.topic.encode(),
+                                         str(self.task_index).encode(), str(at - 1).encode(), str(ts).encode(),
+                                         str(st).encode())))
+        self.collector.send(self.late_topic, self.task_index % self.late_partitions, key, value, ts,
+                            (headers or ()) + extra)
+
+    def flush(self) -> None:
+        if self.buffer_key is not None:
+            buffer_key = self.buffer_key
+            self.group.sort(key=lambda item: buffer_key(item[0]))  # the buffer's order among equal due times
+        for windowed, value, rt in self.group:
+            self.downstream(windowed, value, rt)
+        self.group.clear()
+        self.outputs.take(self.collector)
+
+    def finish(self) -> None:
+        self.flush()
+        add_sink_rows(self.task, self.outputs)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional
 
 from ..errors import ConfigError
 from ..serdes import Json, Serde
@@ -39,8 +39,14 @@ class ReplayInput(abc.ABC):
         """How many partitions the topic had."""
 
     @abc.abstractmethod
+    def read_chunks(self, partition: int) -> Iterator[List[RawRecord]]:
+        """The partition's records in offset order, (offset, timestamp, key, value, headers),
+        in consecutive non-empty lists."""
+
     def read(self, partition: int) -> Iterator[RawRecord]:
-        """The partition's records in offset order: (offset, timestamp, key, value, headers)."""
+        """The partition's records in offset order."""
+        for chunk in self.read_chunks(partition):
+            yield from chunk
 
     @abc.abstractmethod
     def describe(self) -> str: ...
@@ -70,7 +76,7 @@ class EmbeddedTopic(ReplayInput):
             raise ConfigError(f"embedded broker {self.directory} has no topic '{self.topic}'")
         return meta.partitions
 
-    def read(self, partition: int) -> Iterator[RawRecord]:
+    def read_chunks(self, partition: int) -> Iterator[List[RawRecord]]:
         broker = self._broker()
         try:
             reader = broker.reader(self.topic, partition)
@@ -79,7 +85,7 @@ class EmbeddedTopic(ReplayInput):
                     records = reader.read(READ_BATCH)
                     if not records:
                         return
-                    yield from records
+                    yield records
             finally:
                 reader.close()
         finally:
@@ -102,7 +108,7 @@ class SourceInput(ReplayInput):
     def partitions(self) -> int:
         return self.source.partitions()
 
-    def read(self, partition: int) -> Iterator[RawRecord]:
+    def read_chunks(self, partition: int) -> Iterator[List[RawRecord]]:
         reader = self.source.open_partition(partition)
         key_codec = _reencoder(self.key_serde)
         value_codec = _reencoder(self.value_serde)
@@ -112,14 +118,16 @@ class SourceInput(ReplayInput):
                 if not records:
                     return
                 if key_codec is None and value_codec is None:
-                    yield from records
+                    yield records
                     continue
+                chunk = []
                 for offset, timestamp, key, value, headers in records:
                     if key_codec is not None and key is not None:
                         key = key_codec(key)
                     if value_codec is not None and value is not None:
                         value = value_codec(value)
-                    yield offset, timestamp, key, value, headers
+                    chunk.append((offset, timestamp, key, value, headers))
+                yield chunk
         finally:
             reader.close()
 

@@ -7,11 +7,11 @@ without it Spark fails with "Failed to find data source: kafka", which
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Tuple
+from typing import Any
 
 from ..errors import ConfigError
+from .arrow_rows import encoded_headers_column
 from .inputs import KafkaTopic
-from .ordering import with_running_max
 
 
 def kafka_frame(spark: Any, source: KafkaTopic) -> Any:
@@ -36,25 +36,22 @@ def kafka_partition_count(spark: Any, source: KafkaTopic) -> int:
     return int(row["last"]) + 1
 
 
-def read_kafka(spark: Any, source: KafkaTopic, partitions: int) -> Any:
-    """The topic (of ``partitions`` partitions) as (partition, pmax, offset, timestamp, key,
-    value, headers) rows, one Spark partition per topic partition, in offset order."""
+def read_kafka(spark: Any, source: KafkaTopic) -> Any:
+    """The topic as :data:`~.arrow_rows.INPUT_FIELDS` rows."""
+    return kafka_records(kafka_frame(spark, source))
+
+
+def kafka_records(frame: Any) -> Any:
+    """Rows of Spark's Kafka source (``partition, offset, timestamp, key, value, headers``)
+    as :data:`~.arrow_rows.INPUT_FIELDS` rows, each with its partition's running maximum
+    timestamp in offset order (``pmax``), all computed in Spark. A record without headers
+    has none (null), as the other inputs give it."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    frame = kafka_frame(spark, source).select(
-        "partition", "offset", F.expr("unix_millis(timestamp)").alias("ts"), "key", "value", "headers")
-
-    def keyed(row: Any) -> Tuple[Tuple[int, int], Tuple[Any, ...]]:
-        headers = tuple((h["key"], bytes(h["value"]) if h["value"] is not None else None)
-                        for h in row["headers"]) if row["headers"] else None
-        key = bytes(row["key"]) if row["key"] is not None else None
-        value = bytes(row["value"]) if row["value"] is not None else None
-        return (row["partition"], row["offset"]), (row["offset"], row["ts"], key, value, headers)
-
-    def with_pmax(partition: int, items: Iterator[Any]) -> Iterator[Any]:
-        records = (record for _key, record in items)
-        for pmax, (offset, ts, key, value, headers) in with_running_max(records):
-            yield partition, pmax, offset, ts, key, value, headers
-
-    return (frame.rdd.map(keyed).repartitionAndSortWithinPartitions(partitions, lambda key: key[0])
-            .mapPartitionsWithIndex(with_pmax))
+    upto = Window.partitionBy("partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, 0)
+    timestamp = F.expr("unix_millis(timestamp)")
+    headers = encoded_headers_column(F.col("headers"))
+    return frame.select(F.col("partition").cast("int").alias("partition"),
+                        F.max(timestamp).over(upto).alias("pmax"), F.col("offset").cast("bigint").alias("offset"),
+                        timestamp.alias("timestamp"), "key", "value", headers.alias("headers"))

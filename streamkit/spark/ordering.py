@@ -22,26 +22,21 @@ produced (see docs/time-and-ordering.md); a replay is the run that had all of it
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Tuple
-
-from ..core.records import RawRecord
-
+from itertools import accumulate
+from typing import Iterable, List
 
 SENDER_RANK = 1 << 20
 """A sent record's ``sender`` is the sending stage's rank (sub-topologies in dependency
 order) times this, plus the sending task's partition."""
 
-
-def with_running_max(records: Iterable[RawRecord]) -> Iterator[Tuple[int, RawRecord]]:
-    """Each record of one partition (in offset order) with ``pmax``: the largest
-    timestamp up to and including it."""
-    pmax = -1
-    for record in records:
-        if record[1] > pmax:
-            pmax = record[1]
-        yield pmax, record
+ORDER_COLUMNS = ("pmax", "index", "sender", "sequence")
+"""The sort key of a task's input record (see the module docstring), as the columns a
+stage's input has (:mod:`.stages`); the task comes first, as the Spark partition."""
 
 
-def input_order(task: int, pmax: int, input_index: int, sender: int, sequence: int) -> Tuple[int, int, int, int, int]:
-    """The sort key of a task's input record (see the module docstring)."""
-    return task, pmax, input_index, sender, sequence
+def running_max(timestamps: Iterable[int], start: int = -1) -> List[int]:
+    """Each record's ``pmax``: the largest of ``start`` and the timestamps of its sequence
+    up to and including its own."""
+    out = list(accumulate(timestamps, max, initial=start))
+    del out[0]
+    return out

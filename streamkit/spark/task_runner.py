@@ -2,42 +2,31 @@
 
 This is the streaming runtime's own :class:`~streamkit.runtime.task.Task` (same
 compiled chain, serdes, stores, error handlers and stream-time punctuations) with
-in-memory stores, fed by Spark instead of a consumer. Whatever it sends comes out as
-:data:`Emitted` tuples carrying their place in the task's output order, from which
-the planner builds the input of the next sub-topology (and the output topics).
+in-memory stores, fed by Spark instead of a consumer (:mod:`.task_functions` turns
+Spark's Arrow batches into its input). Whatever it sends is gathered as
+:class:`~.arrow_rows.EmittedRows` carrying its place in the task's output order, from
+which the planner builds the input of the next sub-topology (and the output topics).
 
 Differences from a live worker, by design: every update is emitted (no caching),
 nothing is changelogged, and the wall clock stands still (the planner refuses
-wall-clock punctuators and idle window closing up front, see :mod:`.plan`).
+wall-clock punctuators and idle window closing up front, see :mod:`.fidelity`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
+from ..core.records import RawRecord
 from ..runtime.assembly import TaskSettings, create_task
 from ..runtime.collector import RecordCollector
 from ..runtime.global_tables import GlobalTables
+from ..runtime.progress import merged_topics
 from ..runtime.task import Task
 from ..serdes import compact_json
 from ..sinks.base import SinkRecord
 from ..topology import Topology
 from ..topology.model import SubTopology
-
-RUN_LENGTH = 500
-"""Records handed to the task per call (one topic's consecutive records)."""
-
-Emitted = Tuple[str, str, int, int, int, int, int, Optional[bytes], Optional[bytes], Any]
-"""("topic" | "sink", topic or sink node, partition, pmax, task, sequence, timestamp, key,
-value, headers): one record sent by a task, in order: ``sequence`` counts the task's
-records to that destination, ``pmax`` is the running maximum of their timestamps."""
-
-StoreRow = Tuple[str, str, int, Optional[str], Optional[str]]
-"""("store", store name, partition, key JSON, value JSON): a final store entry."""
-
-Ordered = Tuple[Tuple[int, int, int, int, int], Tuple[str, int, int, Optional[bytes], Optional[bytes], Any]]
-"""((task, pmax, input index, source, sequence), (topic, offset, timestamp, key, value, headers)):
-a record of a task's input; sorting by the first item gives the task's processing order."""
+from .arrow_rows import EmittedRows
 
 
 @dataclass
@@ -50,6 +39,7 @@ class ReplayJob:
     """Replay inputs of the global tables' topics, read by each task itself."""
     dump_stores: bool = True
     _topology: Optional[Topology] = None
+    _stamped: Optional[FrozenSet[str]] = None
 
     @property
     def topology(self) -> Topology:
@@ -57,9 +47,22 @@ class ReplayJob:
             self._topology = self.app.build()
         return self._topology
 
+    @property
+    def stamped_topics(self) -> FrozenSet[str]:
+        """The repartition topics whose records carry their writer's stamp (see
+        :mod:`streamkit.runtime.progress`)."""
+        if self._stamped is None:
+            self._stamped = merged_topics(self.topology)
+        return self._stamped
+
+    def emitted_rows(self) -> EmittedRows:
+        """An empty :class:`~.arrow_rows.EmittedRows` for this job's tasks."""
+        return EmittedRows(self.stamped_topics)
+
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_topology"] = None  # rebuilt on the executor: compiled closures need not pickle
+        state["_stamped"] = None
         return state
 
 
@@ -128,74 +131,76 @@ def load_global_tables(job: ReplayJob) -> Optional[GlobalTables]:
 
 
 class _Outputs:
-    """Numbers what tasks send, per destination, and keeps each destination's running
-    maximum timestamp (the merge order of :mod:`.ordering`)."""
+    """Numbers what a task sends, per destination, into :class:`~.arrow_rows.EmittedRows`
+    (``sender``: the stage's rank times SENDER_RANK plus the task, see :mod:`.ordering`)."""
 
-    def __init__(self, task_index: int) -> None:
-        self.task_index = task_index
+    def __init__(self, sender: int, rows: EmittedRows) -> None:
+        self.sender = sender
+        self.rows = rows
         self._next: Dict[Tuple[str, int], Tuple[int, int]] = {}
 
-    def take(self, collector: RecordCollector) -> List[Emitted]:
-        out: List[Emitted] = []
+    def take(self, collector: RecordCollector) -> None:
+        add = self.rows.add_topic_records
         for topic, partition, records in collector.drain():
             sequence, pmax = self._next.get((topic, partition), (0, -1))
-            for key, value, timestamp, headers in records:
-                if timestamp > pmax:
-                    pmax = timestamp
-                out.append(("topic", topic, partition, pmax, self.task_index, sequence, timestamp, key, value,
-                            headers))
-                sequence += 1
-            self._next[(topic, partition)] = (sequence, pmax)
-        return out
+            self._next[(topic, partition)] = add(topic, partition, self.sender, sequence, pmax, records)
 
 
-def run_task_partition(job: ReplayJob, sub_id: int, partition: int, items: Iterable[Ordered]) -> Iterator[Any]:
-    """Run task ``sub_id``_``partition`` over ``items`` (sorted: the task's processing
-    order) and yield what it sent, then its sink records and final store contents."""
-    topology = job.topology
-    sub = topology.sub_topologies[sub_id]
-    collector = RecordCollector()
-    tables = load_global_tables(job)
-    task = build_task(job, sub, partition, collector, tables.stores if tables is not None else None)
-    outputs = _Outputs(partition)
-    next_offset: Dict[str, int] = {}
-    run: List[Any] = []
-    run_topic: Optional[str] = None
-    for _order, (topic, offset, timestamp, key, value, headers) in items:
-        if offset < 0:  # a record of a repartition (or through) topic: its offset is its rank
-            offset = next_offset.get(topic, 0)
-            next_offset[topic] = offset + 1
-        if topic != run_topic or len(run) >= RUN_LENGTH:
-            if run:
-                task.process(run_topic, run)  # type: ignore[arg-type]
-                yield from outputs.take(collector)
-            run, run_topic = [], topic
-        run.append((offset, timestamp, key, value, headers))
-    if run:
-        task.process(run_topic, run)  # type: ignore[arg-type]
-    task.prepare_commit()
-    yield from outputs.take(collector)
-    yield from sink_rows(task, outputs)
-    if job.dump_stores:
-        yield from store_rows(task)
+class TaskRun:
+    """One task of a stage, fed its input in processing order, one run of consecutive
+    records of one topic at a time; what it sends goes to ``rows``."""
+
+    def __init__(self, job: ReplayJob, sub: SubTopology, partition: int, rows: EmittedRows, sender: int,
+                 global_stores: Optional[Mapping[str, Any]] = None) -> None:
+        self.collector = RecordCollector()
+        self.task = build_task(job, sub, partition, self.collector, global_stores)
+        self.outputs = _Outputs(sender, rows)
+        self.rows = rows
+        self.read: Dict[str, int] = {}
+        """Records of replayed topics taken, per topic (not those another stage sent)."""
+        self._next_offset: Dict[str, int] = {}
+
+    def process(self, topic: str, records: List[RawRecord]) -> None:
+        """Consecutive records of replayed topic ``topic``, with their offsets."""
+        self.read[topic] = self.read.get(topic, 0) + len(records)
+        self.task.process(topic, records)
+        self.outputs.take(self.collector)
+
+    def process_sent(self, topic: str, timestamps: Sequence[int], keys: Sequence[Optional[bytes]],
+                     values: Sequence[Optional[bytes]], headers: Sequence[Any]) -> None:
+        """Consecutive records another stage sent to ``topic`` (a repartition or through
+        topic): each one's offset is its rank in the task's input of that topic."""
+        base = self._next_offset.get(topic, 0)
+        self._next_offset[topic] = base + len(timestamps)
+        records = list(zip(range(base, base + len(timestamps)), timestamps, keys, values, headers))
+        self.task.process(topic, records)  # type: ignore[arg-type]
+        self.outputs.take(self.collector)
+
+    def finish(self, dump_stores: bool) -> None:
+        """End of input: commit as a worker would, then add the sink records and final stores."""
+        self.task.prepare_commit()
+        self.outputs.take(self.collector)
+        add_sink_rows(self.task, self.outputs)
+        if dump_stores:
+            add_store_rows(self.task, self.rows)
 
 
-def sink_rows(task: Task, outputs: _Outputs) -> Iterator[Emitted]:
-    """The records a task wrote to external sinks, as outputs named after the sink node."""
+def add_sink_rows(task: Task, outputs: _Outputs) -> None:
+    """The records a task wrote to external sinks, as rows named after the sink node."""
     for name, writer in task.sinks.items():
         for sequence, record in enumerate(writer.records):
-            yield ("sink", name, task.partition, -1, outputs.task_index, sequence, record.timestamp,
-                   _json_text(record.key), _json_text(record.value), None)
+            outputs.rows.add_text_row("sink", name, task.partition, outputs.sender, sequence, record.timestamp,
+                                      _json_text(record.key), _json_text(record.value))
 
 
-def store_rows(task: Task) -> Iterator[StoreRow]:
+def add_store_rows(task: Task, rows: EmittedRows) -> None:
     """Each store's final contents as JSON text (a windowed key as its key, start and end)."""
     for open_store in task.store_set.open_stores:
         name, store = open_store.spec.name, open_store.store
         if open_store.spec.kind == "suppression" or not hasattr(store, "all"):
             continue  # a suppression buffer is the operator's internal queue, not state to inspect
         for key, value in store.all():
-            yield ("store", name, task.partition, _json_text(key), _json_text(value))
+            rows.add_text_row("store", name, task.partition, None, None, None, _json_text(key), _json_text(value))
 
 
 def _json_text(obj: Any) -> Any:
@@ -211,61 +216,74 @@ def _json_text(obj: Any) -> Any:
         return compact_json(repr(obj)).decode()
 
 
-def run_component(job: ReplayJob, sub_ids: Sequence[int], items: Iterable[Tuple[Any, Tuple[Any, ...]]]
-                  ) -> Iterator[Any]:
-    """Run sub-topologies that feed each other in a cycle (a foreign-key join's
-    subscription and response topics) together, every partition of each in one
-    executor: each input record is processed to completion, the records it causes
-    on the cycle's own topics included, before the next (as the test driver does).
-    ``items`` are sorted across tasks and carry their partition first:
-    ``(order, (partition, topic, offset, timestamp, key, value, headers))``."""
-    topology = job.topology
-    collector = RecordCollector()
-    tables = load_global_tables(job)
-    global_stores = tables.stores if tables is not None else None
-    tasks: Dict[Tuple[int, int], Task] = {}
-    reads: Dict[str, int] = {}
-    for sub_id in sub_ids:
-        sub = topology.sub_topologies[sub_id]
-        for topic in sub.source_topics:
-            reads[topic] = sub_id
-    outputs: Dict[Tuple[int, int], _Outputs] = {}
-    next_offset: Dict[Tuple[str, int], int] = {}
-    leaving = RecordCollector()
-    sender = _Outputs(0)
-    """What leaves the cycle is numbered as one sender's output: the cycle runs as one."""
+CycleRecord = Tuple[int, str, int, int, Optional[bytes], Optional[bytes], Any]
+"""(partition, topic, offset, timestamp, key, value, headers): an input record of a cycle's tasks."""
 
-    def task_for(sub_id: int, partition: int) -> Task:
-        task = tasks.get((sub_id, partition))
+
+class ComponentRun:
+    """Sub-topologies that feed each other in a cycle (a foreign-key join's subscription
+    and response topics), every partition of each in one executor: each input record is
+    processed to completion, the records it causes on the cycle's own topics included,
+    before the next (as the test driver does). What leaves the cycle is numbered as one
+    sender's output (``sender``): the cycle runs as one."""
+
+    def __init__(self, job: ReplayJob, sub_ids: Sequence[int], rows: EmittedRows, sender: int) -> None:
+        self.job = job
+        self.rows = rows
+        self.collector = RecordCollector()
+        tables = load_global_tables(job)
+        self._global_stores = tables.stores if tables is not None else None
+        self.tasks: Dict[Tuple[int, int], Task] = {}
+        self.read: Dict[str, int] = {}
+        """Records of replayed topics taken, per topic."""
+        self._reads: Dict[str, int] = {}
+        for sub_id in sub_ids:
+            for topic in job.topology.sub_topologies[sub_id].source_topics:
+                self._reads[topic] = sub_id
+        self._outputs: Dict[Tuple[int, int], _Outputs] = {}
+        self._next_offset: Dict[Tuple[str, int], int] = {}
+        self._leaving = RecordCollector()
+        self._sender = _Outputs(sender, rows)
+
+    def _task(self, sub_id: int, partition: int) -> Task:
+        task = self.tasks.get((sub_id, partition))
         if task is None:
-            task = tasks[(sub_id, partition)] = build_task(job, topology.sub_topologies[sub_id], partition,
-                                                           collector, global_stores)
-            outputs[(sub_id, partition)] = _Outputs(partition)
+            task = self.tasks[(sub_id, partition)] = build_task(
+                self.job, self.job.topology.sub_topologies[sub_id], partition, self.collector, self._global_stores)
+            self._outputs[(sub_id, partition)] = _Outputs(self._sender.sender, self.rows)
         return task
 
-    def deliver(topic: str, partition: int, records: List[Any]) -> None:
-        task_for(reads[topic], partition).process(topic, records)
-
-    for _order, (partition, topic, offset, timestamp, key, value, headers) in items:
+    def add(self, record: CycleRecord) -> None:
+        """The cycle's next input record (in the order of :mod:`.ordering`), processed to completion."""
+        partition, topic, offset, timestamp, key, value, headers = record
         if offset < 0:
-            offset = next_offset.get((topic, partition), 0)
-            next_offset[(topic, partition)] = offset + 1
-        deliver(topic, partition, [(offset, timestamp, key, value, headers)])
+            offset = self._next_offset.get((topic, partition), 0)
+            self._next_offset[(topic, partition)] = offset + 1
+        else:
+            self.read[topic] = self.read.get(topic, 0) + 1
+        self._deliver(topic, partition, [(offset, timestamp, key, value, headers)])
         while True:
-            batches = collector.drain()
+            batches = self.collector.drain()
             if not batches:
                 break
             for out_topic, out_partition, records in batches:
-                if out_topic in reads:
-                    base = next_offset.get((out_topic, out_partition), 0)
-                    next_offset[(out_topic, out_partition)] = base + len(records)
-                    deliver(out_topic, out_partition,
-                            [(base + i, ts, k, v, h) for i, (k, v, ts, h) in enumerate(records)])
+                if out_topic in self._reads:
+                    base = self._next_offset.get((out_topic, out_partition), 0)
+                    self._next_offset[(out_topic, out_partition)] = base + len(records)
+                    self._deliver(out_topic, out_partition,
+                                  [(base + i, ts, k, v, h) for i, (k, v, ts, h) in enumerate(records)])
                 else:  # leaves the cycle
-                    leaving.send_batch(out_topic, out_partition, records)
-            yield from sender.take(leaving)
-    for task in tasks.values():
-        task.prepare_commit()
-        yield from sink_rows(task, outputs[(task.sub_topology.id, task.partition)])
-        if job.dump_stores:
-            yield from store_rows(task)
+                    self._leaving.send_batch(out_topic, out_partition, records)
+            self._sender.take(self._leaving)
+
+    def _deliver(self, topic: str, partition: int, records: List[Any]) -> None:
+        self._task(self._reads[topic], partition).process(topic, records)
+
+    def finish(self) -> None:
+        """End of input: commit every task, then add the sink records and final stores."""
+        for key in sorted(self.tasks):
+            task = self.tasks[key]
+            task.prepare_commit()
+            add_sink_rows(task, self._outputs[key])
+            if self.job.dump_stores:
+                add_store_rows(task, self.rows)

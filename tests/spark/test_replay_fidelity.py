@@ -315,7 +315,7 @@ def _kafka_unavailable_reasons(spark: Any) -> List[str]:
                        f"({first[:200]}); start Spark with --packages "
                        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}")
     if importlib.util.find_spec("streamkit.spark.kafka_input") is None:
-        reasons.append("streamkit.spark.kafka_input does not exist (replay.py imports read_kafka and "
+        reasons.append("streamkit.spark.kafka_input does not exist (the replay imports read_kafka and "
                        "kafka_partition_count from it for sk.spark.KafkaTopic inputs)")
     return reasons
 
