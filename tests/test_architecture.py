@@ -17,7 +17,7 @@ LAYERS: Dict[str, int] = {
     # 0: depends on nothing of streamkit (but errors)
     "errors": 0, "core": 0, "faults": 0,
     # 1: values on the wire, the broker interface, the embedded broker
-    "serdes": 1, "transport": 1, "broker": 1,
+    "serdes": 1, "transport": 1, "broker": 1, "schemas": 1,
     # 2: time and declarations
     "windowing": 2, "stores": 2, "topics": 2,
     # 3: the IR, state, connectors, the Processor API's interfaces
@@ -32,7 +32,7 @@ LAYERS: Dict[str, int] = {
     "cli": 7, "__main__": 7, "__init__": 7,
 }
 HEAVY = ("rocksdict", "aiokafka", "pyarrow", "pyspark", "sqlalchemy", "psycopg", "kafka", "aiohttp",
-         "prometheus_client")
+         "prometheus_client", "fastavro", "avro", "jsonschema", "google.protobuf", "grpc_tools", "confluent_kafka")
 
 
 def _modules() -> Iterator[Tuple[str, Path]]:

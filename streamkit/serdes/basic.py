@@ -19,9 +19,9 @@ from typing import Any, Callable, Generic, Optional, Type, TypeVar
 
 import orjson
 
-from .errors import SerializationError
+from ..errors import SerializationError
 
-__all__ = ["Serde", "Json", "String", "Bytes", "Int", "Float", "Dataclass", "Void"]
+__all__ = ["Serde", "Json", "String", "Bytes", "Int", "Float", "Dataclass", "Void", "compact_json"]
 
 T = TypeVar("T")
 
