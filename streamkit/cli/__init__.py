@@ -14,6 +14,7 @@ from .demo import demo
 from .groups import groups
 from .lag import lag
 from .produce import produce
+from .registry import registry
 from .replay import replay
 from .topics import topics
 from .worker import describe, worker
@@ -50,7 +51,7 @@ def cli(log_level: str, config_file: Optional[str]) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for command in (worker, describe, topics, produce, consume, groups, lag, demo, replay):
+for command in (worker, describe, topics, produce, consume, groups, lag, demo, replay, registry):
     cli.add_command(command)
 
 
