@@ -25,6 +25,7 @@ error handlers); only the transport differs. Where it differs from production:
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -39,9 +40,12 @@ from .runtime.task import Task
 from .serdes import Serde
 from .stores import KeyValueStore
 from .topology import Topology
+from .topology.serde_binding import bind_serdes
 from .core.records import Headers
 
 __all__ = ["TopologyTestDriver", "TestRecord", "TestInputTopic", "TestOutputTopic"]
+
+_DRIVER_IDS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ class TopologyTestDriver:
 
     def __init__(self, app: App, *, initial_wall_clock: Union[int, datetime] = 0) -> None:
         self.app = app
-        self.topology: Topology = app.build()
+        # No broker here: registry="embedded" serdes share an in-memory registry per driver.
+        self.topology: Topology = bind_serdes(app.build(), f"memory://driver-{next(_DRIVER_IDS)}")
         self._wall_clock = _millis(initial_wall_clock)
         self._collector = RecordCollector()
         self._offsets: Dict[str, int] = {}

@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import decimal
 import sys
 import time
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import click
 import orjson
 
 from ..runtime.progress import is_marker, is_stamped, without_stamp
 from ..core.records import TopicPartition
-from .common import broker_option, connected, require_topic
+from ..errors import SerializationError
+from ..serdes import Serde
+from .common import broker_option, broker_url, connected, format_options, registry_serde, require_topic
 
 
 def render(data: Optional[bytes]) -> object:
@@ -39,24 +42,71 @@ def render(data: Optional[bytes]) -> object:
               help="Exit after no record arrived for this long (default: wait forever).")
 @click.option("--read-uncommitted", is_flag=True,
               help="Also show records of open and aborted transactions (default: committed only).")
+@format_options
 @broker_option
 def consume(topic: str, group: Optional[str], from_beginning: bool, max_records: Optional[int],
-            timeout: Optional[float], read_uncommitted: bool, broker: Optional[str]) -> None:
-    """Print TOPIC's records as JSON lines: key, value, partition, offset, timestamp."""
+            timeout: Optional[float], read_uncommitted: bool, broker: Optional[str],
+            value_format: Optional[str] = None, key_format: Optional[str] = None,
+            value_schema: Optional[str] = None, key_schema: Optional[str] = None,
+            value_message: Optional[str] = None, key_message: Optional[str] = None,
+            registry: str = "embedded") -> None:
+    """Print TOPIC's records as JSON lines: key, value, partition, offset, timestamp.
+
+    With --value-format/--key-format avro, json-schema or protobuf, records in
+    Confluent's wire format are decoded with the schema their id names (fetched once
+    per id from --registry), like kafka-avro-console-consumer; a record that does not
+    decode is printed raw with an "error" field saying why.
+    """
+    url = broker_url(broker)
+    serdes = (registry_serde(key_format or "", key_schema, key_message, registry, topic=topic, is_key=True,
+                             broker=url, required=False),
+              registry_serde(value_format or "", value_schema, value_message, registry, topic=topic,
+                             is_key=False, broker=url, required=False))
     count = None
     with connected(broker) as transport:
         meta = require_topic(transport, topic)
         try:
             count = asyncio.run(_consume(transport, topic, meta.partitions, group, from_beginning,
-                                         max_records, timeout, not read_uncommitted))
+                                         max_records, timeout, not read_uncommitted, serdes))
         except KeyboardInterrupt:
             pass
     if count is not None:
         click.echo(f"consumed {count} record(s)", err=True)
 
 
+def _decoded(serde: Optional[Serde], data: Optional[bytes], errors: List[str]) -> object:
+    """``data`` decoded by ``serde`` as a JSON-ready value (raw via :func:`render` when
+    there is no serde, or when it fails: the error is added to ``errors``)."""
+    if serde is None or data is None:
+        return render(data)
+    try:
+        return to_json_ready(serde.deserialize(data))
+    except SerializationError as exc:
+        errors.append(str(exc))
+        return render(data)
+
+
+def to_json_ready(value: object) -> object:
+    """Protobuf messages as dicts (field names as in the .proto); other values as they are."""
+    if hasattr(value, "DESCRIPTOR") and hasattr(value, "SerializeToString"):
+        from google.protobuf.json_format import MessageToDict
+
+        return MessageToDict(value, preserving_proto_field_name=True)
+    return value
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, (bytes, bytearray)):
+        return "base64:" + base64.b64encode(bytes(value)).decode()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 async def _consume(transport, topic: str, partitions: int, group: Optional[str], from_beginning: bool,
-                   max_records: Optional[int], timeout: Optional[float], read_committed: bool) -> int:
+                   max_records: Optional[int], timeout: Optional[float], read_committed: bool,
+                   serdes: Tuple[Optional[Serde], Optional[Serde]] = (None, None)) -> int:
+    key_serde, value_serde = serdes
     consumer = transport.consumer(group or "streamkit-console", read_committed=read_committed)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     positions = await consumer.committed(tps) if group else {}
@@ -85,11 +135,14 @@ async def _consume(transport, topic: str, partitions: int, group: Optional[str],
                             continue  # the app's progress bookkeeping, not a record
                         record = without_stamp(record)
                     offset, ts, key, value, headers = record
+                    errors: List[str] = []
                     line = {"topic": topic, "partition": batch.partition, "offset": offset, "timestamp": ts,
-                            "key": render(key), "value": render(value)}
+                            "key": _decoded(key_serde, key, errors), "value": _decoded(value_serde, value, errors)}
                     if headers:
                         line["headers"] = {name: render(v) for name, v in headers}
-                    out.write(orjson.dumps(line).decode() + "\n")
+                    if errors:
+                        line["error"] = "; ".join(errors)
+                    out.write(orjson.dumps(line, default=_json_default).decode() + "\n")
                     count += 1
                     if max_records is not None and count >= max_records:
                         break

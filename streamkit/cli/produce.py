@@ -13,10 +13,12 @@ from typing import Iterator, List, Mapping, Optional, Tuple
 import click
 import orjson
 
-from ..serdes import Json
+from ..errors import SerializationError
+from ..serdes import Json, Serde
 from ..core.records import OutgoingRecord
 from ..transport.partitioner import partition_for_key
-from .common import broker_option, connected, require_topic
+from .common import (REGISTRY_FORMATS, broker_option, broker_url, connected, format_options, registry_serde,
+                     require_topic)
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +47,17 @@ def _stdin_lines() -> Iterator[Tuple[bytes, bool]]:
             yield line, True
 
 
-def _key_of(value: object, field: str, line_no: int) -> bytes:
+def _key_of(value: object, field: str, line_no: int, key_format: Optional[str] = None,
+            key_serde: Optional[Serde] = None) -> bytes:
     if not isinstance(value, dict) or field not in value:
         raise click.ClickException(f"line {line_no}: no field '{field}' for --key-field in {value!r:.80}")
     key = value[field]
+    if key_serde is not None:
+        return key_serde.serialize(key)
+    if key_format == "json":
+        return JSON.serialize(key)
+    if key_format == "text" and not isinstance(key, str):
+        raise click.ClickException(f"line {line_no}: --key-format text needs a string key, got {key!r:.40}")
     return key.encode() if isinstance(key, str) else JSON.serialize(key)
 
 
@@ -82,14 +91,32 @@ def retention_ms_of(config: Mapping[str, str]) -> Optional[int]:
               help="Write every record to this partition (default: by key, round-robin without key).")
 @click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json", show_default=True,
               help="json: each line must be a JSON value; text: each line is a UTF-8 string value.")
+@format_options
 @broker_option
 def produce(topic: str, key_field: Optional[str], timestamp_field: Optional[str], partition: Optional[int],
-            fmt: str, broker: Optional[str]) -> None:
-    """Append one record per line of standard input to TOPIC."""
-    if key_field and fmt != "json":
-        raise click.UsageError("--key-field needs --format json")
-    if timestamp_field and fmt != "json":
-        raise click.UsageError("--timestamp-field needs --format json")
+            fmt: str, broker: Optional[str], value_format: Optional[str] = None, key_format: Optional[str] = None,
+            value_schema: Optional[str] = None, key_schema: Optional[str] = None,
+            value_message: Optional[str] = None, key_message: Optional[str] = None,
+            registry: str = "embedded") -> None:
+    """Append one record per line of standard input to TOPIC.
+
+    With --value-format avro, json-schema or protobuf each line is a JSON object,
+    encoded with --schema in Confluent's wire format (the schema is registered under
+    TOPIC-value on first use, as Confluent's console producers do); --key-field takes
+    the key from the object, encoded per --key-format.
+    """
+    value_format = value_format or fmt
+    if key_field and value_format == "text":
+        raise click.UsageError("--key-field needs --format json (or a registry --value-format)")
+    if timestamp_field and value_format == "text":
+        raise click.UsageError("--timestamp-field needs --format json (or a registry --value-format)")
+    if key_format in REGISTRY_FORMATS and not key_field:
+        raise click.UsageError(f"--key-format {key_format} needs --key-field FIELD (the key's source)")
+    url = broker_url(broker)
+    value_serde = registry_serde(value_format, value_schema, value_message, registry, topic=topic, is_key=False,
+                                 broker=url, required=True)
+    key_serde = registry_serde(key_format or "", key_schema, key_message, registry, topic=topic, is_key=True,
+                               broker=url, required=True)
     with connected(broker) as transport:
         meta = require_topic(transport, topic)
         if partition is not None and partition >= meta.partitions:
@@ -98,8 +125,10 @@ def produce(topic: str, key_field: Optional[str], timestamp_field: Optional[str]
         retention = retention_ms_of(meta.config) if timestamp_field else None
         expired = _Expired(topic, retention)
         try:
-            count = asyncio.run(_produce(transport, topic, meta.partitions, key_field, partition, fmt,
-                                         timestamp_field, expired))
+            count = asyncio.run(_produce(transport, topic, meta.partitions, key_field, partition,
+                                         "text" if value_format == "text" else "json",
+                                         timestamp_field, expired, key_format=key_format,
+                                         key_serde=key_serde, value_serde=value_serde))
         finally:
             expired.warn()
     click.echo(f"produced {count} record(s) to {topic}", err=True)
@@ -130,7 +159,8 @@ class _Expired:
 
 async def _produce(transport, topic: str, partitions: int, key_field: Optional[str],
                    fixed_partition: Optional[int], fmt: str, timestamp_field: Optional[str] = None,
-                   expired: Optional[_Expired] = None) -> int:
+                   expired: Optional[_Expired] = None, *, key_format: Optional[str] = None,
+                   key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None) -> int:
     producer = transport.producer()
     buffers: List[List[OutgoingRecord]] = [[] for _ in range(partitions)]
     round_robin = itertools.cycle(range(partitions))
@@ -163,13 +193,19 @@ async def _produce(transport, topic: str, partitions: int, key_field: Optional[s
                     value = orjson.loads(line)
                 except orjson.JSONDecodeError as exc:
                     raise _bad_line(line_no, f"not valid JSON ({exc})", line) from None
-                if key_field:
-                    key = _key_of(value, key_field, line_no)
+                try:
+                    if key_field:
+                        key = _key_of(value, key_field, line_no, key_format, key_serde)
+                    if value_serde is not None:
+                        payload = value_serde.serialize(value)
+                    else:
+                        payload = b"null" if value is None else JSON.serialize(value)  # a value, not a tombstone
+                except SerializationError as exc:
+                    raise _bad_line(line_no, str(exc), line) from None
                 if timestamp_field:
                     timestamp = _timestamp_of(value, timestamp_field, line_no)
                     if expired is not None:
                         expired.check(timestamp)
-                payload = b"null" if value is None else JSON.serialize(value)  # a value, not a tombstone
             else:
                 try:
                     line.decode()

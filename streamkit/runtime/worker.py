@@ -25,6 +25,7 @@ from ..state.directory import StateDirectory, claim_state_directory
 from ..state.restore import restore_task_stores
 from ..topology import Topology
 from ..topology.passes import tasks_of
+from ..topology.serde_binding import bind_serdes
 from ..core.records import TopicPartition
 from ..transport.base import Consumer, GroupPlan, Membership, Producer, TaskAssignment, Transport
 from ..transport.factory import open_transport
@@ -61,7 +62,7 @@ class Worker(CommitSteps):
 
     def __init__(self, topology: Topology, config: AppConfig, transport: Transport, *,
                  until_idle: Optional[float] = None) -> None:
-        self.topology = topology
+        self.topology = bind_serdes(topology, transport.url)  # registry serdes learn their topics
         self.config = config
         self.app_id = config.app_id
         self.transport = transport

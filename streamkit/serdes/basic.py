@@ -47,6 +47,14 @@ class Serde(Generic[T]):
         any exception where ``serialize`` would, and never returns different bytes."""
         return self.serialize
 
+    def for_topic(self, topic: str, is_key: bool, *, broker: Optional[str] = None) -> "Serde[T]":
+        """The serde to use for ``topic``'s keys (``is_key``) or values, on an app whose broker
+        is ``broker``. The runtime calls it once per topic a serde meets (sources, sinks,
+        repartition topics, store changelogs: ``<app-id>-<store>-changelog``) before any
+        record; serdes whose bytes depend on the topic (the Schema Registry serdes: their
+        subject) return a bound copy. Default: ``self``."""
+        return self
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

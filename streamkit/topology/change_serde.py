@@ -52,5 +52,9 @@ class ChangeSerde(Serde[Change]):
             return Change(deserialize(data[5:5 + length]), deserialize(data[5 + length:]))
         raise SerializationError(f"table change record has an unknown flag byte {flag!r}")
 
+    def for_topic(self, topic: str, is_key: bool, *, broker: Optional[str] = None) -> Serde[Change]:
+        inner = self.inner.for_topic(topic, is_key, broker=broker)
+        return self if inner is self.inner else ChangeSerde(inner)
+
     def __repr__(self) -> str:
         return f"ChangeSerde({self.inner!r})"
