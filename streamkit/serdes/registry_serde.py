@@ -141,8 +141,10 @@ class RegistrySerde(Serde[Any]):
         reader = self._readers.get(schema_id) or self._resolve_reader(schema_id)
         try:
             return reader(data, offset)
-        except SerializationError:
-            raise
+        except SerializationError as exc:
+            if str(exc).startswith(self._name()):
+                raise
+            raise SerializationError(f"{self._where(schema_id)}: {exc}") from exc
         except Exception as exc:
             raise SerializationError(
                 f"{self._where(schema_id)}: the payload does not decode with schema id {schema_id} "
