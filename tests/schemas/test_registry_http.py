@@ -238,3 +238,47 @@ def test_plain_http_shapes(server: RegistryProcess, subject: str) -> None:
     http(server, "DELETE", f"/subjects/{subject}")
     assert http(server, "GET", f"/subjects?deletedOnly=true")[2].count(subject) == 1
     assert subject not in http(server, "GET", "/subjects")[2]
+
+
+ORDER_PROTO = """syntax = "proto3";
+package shop;
+
+message Order {
+  int64 id = 1;
+  string note = 2;
+}
+"""
+
+
+def test_protobuf_serializer_round_trip_through_the_server(client: SchemaRegistryClient, subject: str) -> None:
+    """confluent-kafka's Protobuf serializer registers base64 descriptors and its
+    deserializer asks for them back (``?format=serialized``); the same file registered
+    as ``.proto`` text is the same schema (one id)."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+
+    from streamkit.schemas.protobuf_text import message_class
+
+    namespaced = ORDER_PROTO.replace("package shop;", f"package shop{uuid.uuid4().hex[:6]};")
+    package = namespaced.split("package ")[1].split(";")[0]
+    order_class = message_class(namespaced, f"{package}.Order")
+    topic = subject.removesuffix("-value")
+    context = SerializationContext(topic, MessageField.VALUE)
+    payload = ProtobufSerializer(order_class, client, {"use.deprecated.format": False})(
+        order_class(id=5, note="gift"), context)
+    schema_id = int.from_bytes(payload[1:5], "big")
+    fresh = SchemaRegistryClient({"url": client._rest_client.base_urls[0]})
+    assert fresh.register_schema(subject, Schema(namespaced, "PROTOBUF")) == schema_id
+    stored = fresh.get_schema(schema_id)
+    assert stored.schema_type == "PROTOBUF" and "message Order" in stored.schema_str
+    # a client of its own: confluent-kafka caches schemas by id whatever format it asked for
+    reading = SchemaRegistryClient({"url": client._rest_client.base_urls[0]})
+    decoded = ProtobufDeserializer(order_class, {"use.deprecated.format": False}, reading)(payload, context)
+    assert (decoded.id, decoded.note) == (5, "gift")
+    # BACKWARD (the default): a field's type may not change across wire groups
+    changed = namespaced.replace("string note = 2;", "double note = 2;")
+    assert fresh.test_compatibility(subject, Schema(changed, "PROTOBUF")) is False
+    with pytest.raises(SchemaRegistryError) as refused:
+        fresh.register_schema(subject, Schema(changed, "PROTOBUF"))
+    assert refused.value.error_code == 409
+    added = namespaced.replace("string note = 2;", "string note = 2;\n  int32 qty = 3;")
+    assert fresh.register_schema(subject, Schema(added, "PROTOBUF")) == schema_id + 1

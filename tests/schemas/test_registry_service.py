@@ -231,11 +231,27 @@ def test_a_claim_that_lost_is_retried_with_the_next_id(tmp_path: Path) -> None:
         assert b.register("y", V2_NO_DEFAULT) == 2
         assert a.schema_by_id(2) == b.schema_by_id(2)
         assert a.latest_version("y").schema_id == 2
-        # the lost claim is in neither view, and its writer's clean-up leaves nothing rejected
-        assert a._state.rejected == {"stale": claim_key("stale", "y", 1)}
+        # the lost claim is in neither view, and b's next write removed it from the log
+        assert a._state.rejected == {} and b._state.rejected == {}
         a.delete_subject("x")
-        a.delete_subject("x", permanent=True)  # removes the rejected claim before the winner
-        assert b.versions_of_id(2) == [("y", 1)] and b._state.rejected == {}
+        a.delete_subject("x", permanent=True)
+        assert b.versions_of_id(2) == [("y", 1)]
+
+
+def test_every_write_removes_lost_claims_first(tmp_path: Path) -> None:
+    """A claim that lost, left by a writer that died before removing it, is tombstoned by
+    the next write of any instance, so replaying a compacted log cannot revive it."""
+    url = f"embedded://{tmp_path}/broker"
+    with SchemaRegistry.on_broker(url) as registry:
+        registry.register("x", V1)
+        registry._log.append([(claim_key("dead", "x", 1), claim_value("x", 1, 1, V2_NO_DEFAULT))])
+        assert registry.subjects() == ["x"] and registry._state.rejected == {"dead": claim_key("dead", "x", 1)}
+        registry.set_compatibility("NONE")
+        assert registry._state.rejected == {}
+        registry.delete_subject("x")
+        registry.delete_subject("x", permanent=True)
+    with SchemaRegistry.on_broker(url) as again:  # replay: the lost claim never wins
+        assert again.subjects(deleted=True) == [] and again.compatibility() is CompatibilityLevel.NONE
 
 
 def test_state_survives_a_restart_on_the_broker(tmp_path: Path) -> None:

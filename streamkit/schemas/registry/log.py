@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Awaitable, List, Optional, Sequence, Tuple, TypeVar
 
+from ...transport.base import Consumer, Producer
 from ..model import RegistryError
 
 __all__ = ["LogRecord", "RegistryLog", "MemoryLog", "BrokerLog", "SCHEMAS_TOPIC_CONFIG"]
@@ -107,10 +108,8 @@ class BrokerLog(RegistryLog):
             self._thread = threading.Thread(target=self._loop.run_forever, name=f"registry-log-{topic}",
                                             daemon=True)
             self._thread.start()
-            reader = getattr(self._transport, "reader", None)
-            self._consumer = reader() if reader is not None else self._transport.consumer(f"_registry-{topic}")
+            self._consumer, self._producer = self._run(self._clients())
             self._consumer.assign([self._tp], {})
-            self._producer = self._transport.producer()
             self._position = 0
         except BaseException:
             self._transport.close()
@@ -125,6 +124,13 @@ class BrokerLog(RegistryLog):
         if meta.partitions != 1:
             raise RegistryError(f"the registry topic {self.topic} on {self.url} has {meta.partitions} "
                                 f"partitions: it needs exactly 1 (the registry's order is its log order)")
+
+    async def _clients(self) -> Tuple[Consumer, Producer]:
+        """A consumer outside any group and a producer, made on the log's loop (aiokafka
+        clients belong to the loop they are made on)."""
+        reader = getattr(self._transport, "reader", None)
+        consumer = reader() if reader is not None else self._transport.consumer(f"_registry-{self.topic}")
+        return consumer, self._transport.producer()
 
     def _run(self, coro: Awaitable[T]) -> T:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from aiohttp import web
 
-from ..model import InvalidSchema, RegistryError, Schema, SchemaReference, SchemaType
+from ..model import InvalidSchema, RegisteredSchema, RegistryError, Schema, SchemaReference, SchemaType
 from .service import SchemaRegistry
 
 __all__ = ["registry_app", "RegistryServer", "parse_address", "DEFAULT_ADDRESS", "CONTENT_TYPE"]
@@ -90,11 +90,6 @@ def _schema_json(schema: Schema) -> Dict[str, Any]:
                              for r in schema.references]
     out["schema"] = schema.schema_str
     return out
-
-
-def _version_json(registered) -> Dict[str, Any]:
-    return {"subject": registered.subject, "version": registered.version, "id": registered.schema_id,
-            **_schema_json(registered.schema)}
 
 
 async def _schema_from_body(request: web.Request) -> Schema:
@@ -155,7 +150,7 @@ class _Api:
 
     async def schema_by_id(self, request: web.Request) -> web.Response:
         schema = await self.call(self.registry.schema_by_id, _schema_id(request), subject=request.query.get("subject"))
-        return _answer(_schema_json(schema))
+        return _answer(_schema_json(await self.call(self.registry.formatted, schema, request.query.get("format"))))
 
     async def schema_text_by_id(self, request: web.Request) -> web.Response:
         schema = await self.call(self.registry.schema_by_id, _schema_id(request))
@@ -197,7 +192,12 @@ class _Api:
     async def version(self, request: web.Request) -> web.Response:
         registered = await self.call(self.registry.version, request.match_info["subject"],
                                      request.match_info["version"], deleted=_flag(request, "deleted"))
-        return _answer(_version_json(registered))
+        return _answer(await self._version_json(request, registered))
+
+    async def _version_json(self, request: web.Request, registered: RegisteredSchema) -> Dict[str, Any]:
+        schema = await self.call(self.registry.formatted, registered.schema, request.query.get("format"))
+        return {"subject": registered.subject, "version": registered.version, "id": registered.schema_id,
+                **_schema_json(schema)}
 
     async def version_text(self, request: web.Request) -> web.Response:
         registered = await self.call(self.registry.version, request.match_info["subject"],
@@ -212,7 +212,7 @@ class _Api:
         schema = await _schema_from_body(request)
         registered = await self.call(self.registry.lookup, request.match_info["subject"], schema,
                                      normalize=_flag(request, "normalize"), deleted=_flag(request, "deleted"))
-        return _answer(_version_json(registered))
+        return _answer(await self._version_json(request, registered))
 
     async def delete_subject(self, request: web.Request) -> web.Response:
         return _answer(await self.call(self.registry.delete_subject, request.match_info["subject"],

@@ -13,8 +13,9 @@ the subject's next version and an id (the schema's id if the registry knows the
 schema, else the largest id seen + 1), then reads the log to its end. The claim is
 accepted when, at its place in the log, nobody claimed that version of the subject
 and that id for another schema first (and the schema got no other id first): **the
-earliest record in log order wins**. A loser tombstones its claim and tries again
-from the view it now has (with the next free id and version), up to 100 times. Every
+earliest record in log order wins**. A loser tombstones its claim (every write also
+tombstones the lost claims its instance knows of) and tries again from the view it
+now has (with the next free id and version), up to 100 times. Every
 write returns only after this instance read its own record back, so what a call
 returns is in every instance's view once they read that far; every call first reads
 the log to its current end, so each answers from a view at least that fresh.
@@ -31,8 +32,8 @@ from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .. import compatibility
 from ..model import (CompatibilityLevel, IncompatibleSchema, InvalidSchema, RegisteredSchema, RegistryError,
-                     Schema, SchemaNotFound, SchemaReference, SubjectNotFound, VersionNotFound)
-from .canonical import canonical
+                     Schema, SchemaNotFound, SchemaReference, SchemaType, SubjectNotFound, VersionNotFound)
+from .canonical import canonical, serialized
 from .log import BrokerLog, MemoryLog, RegistryLog
 from .state import (RegistryState, Version, claim_key, claim_value, config_key, delete_version_key, encode,
                     id_key)
@@ -116,8 +117,11 @@ class SchemaRegistry:
         return self._state
 
     def _append(self, records: Sequence[Tuple[bytes, Optional[bytes]]]) -> None:
-        """Append ``records`` and read the log up to them."""
-        self._log.append(records)
+        """Append ``records`` and read the log up to them. Every write first removes the
+        rejected claims still in the log (whoever wrote them: their writer may have died
+        before it could), which is always safe and must precede a hard delete."""
+        cleanup = [(key, None) for key in self._state.rejected.values()]
+        self._log.append(cleanup + list(records))
         self._catch_up()
 
     # -- registering ----------------------------------------------------------------------
@@ -131,15 +135,16 @@ class SchemaRegistry:
     def register_version(self, subject: str, schema: Schema, *, normalize: bool = False) -> RegisteredSchema:
         """As :meth:`register`, returning the whole registered version."""
         _check_subject(subject)
-        schema = canonical(schema, normalize=normalize)
+        given = schema
         with self._lock:
             for _attempt in range(MAX_CLAIM_ATTEMPTS):
                 state = self._fresh()
+                resolve = self._resolver(state)
+                schema = canonical(given, normalize=normalize, resolve=resolve)
                 versions = state.versions(subject)
                 for existing in reversed(versions):
                     if existing.schema == schema:
                         return existing.registered()
-                resolve = self._resolver(state)
                 compatibility.validate(schema, resolve)
                 level = self._level(state, subject)
                 problems = compatibility.incompatibilities(level, schema, [v.schema for v in versions], resolve)
@@ -178,9 +183,10 @@ class SchemaRegistry:
         """The version of ``subject`` that is ``schema`` (the newest if several are);
         soft-deleted versions count when ``deleted``. ``SubjectNotFound`` (40401),
         ``SchemaNotFound`` (40403)."""
-        schema = canonical(schema, normalize=normalize)
         with self._lock:
-            versions = self._versions_of(self._fresh(), subject, deleted=deleted)
+            state = self._fresh()
+            versions = self._versions_of(state, subject, deleted=deleted)
+            schema = canonical(schema, normalize=normalize, resolve=self._resolver(state))
             for found in reversed(versions):
                 if found.schema == schema:
                     return found.registered()
@@ -193,6 +199,15 @@ class SchemaRegistry:
         if found is None:
             raise SchemaNotFound(f"Schema {schema_id} not found")
         return found
+
+    def formatted(self, schema: Schema, fmt: Optional[str]) -> Schema:
+        """``schema`` in Confluent's output ``format``: ``serialized`` gives a Protobuf
+        schema as base64 of its compiled ``FileDescriptorProto``; other formats (and
+        other types) are answered with the stored text."""
+        if fmt != "serialized" or schema.schema_type is not SchemaType.PROTOBUF:
+            return schema
+        with self._lock:
+            return serialized(schema, self._resolver(self._fresh()))
 
     def latest_version(self, subject: str) -> RegisteredSchema:
         """The newest live version of ``subject`` (``SubjectNotFound``, 40401)."""
@@ -323,9 +338,9 @@ class SchemaRegistry:
                                  42206, 422)
 
     def _hard_delete(self, state: RegistryState, targets: Sequence[Version]) -> None:
-        """Tombstone ``targets``' claims, after every rejected claim still in the log (see
-        :mod:`.state` on why), and keep their ids used."""
-        records: List[Tuple[bytes, Optional[bytes]]] = [(key, None) for key in state.rejected.values()]
+        """Tombstone ``targets``' claims (after every rejected claim still in the log, see
+        :meth:`_append` and :mod:`.state` on why), and keep their ids used."""
+        records: List[Tuple[bytes, Optional[bytes]]] = []
         for target in targets:
             records.append((delete_version_key(target.claim), None))
             records.append((claim_key(target.claim, target.subject, target.version), None))
@@ -381,11 +396,11 @@ class SchemaRegistry:
         (against every live version when the level is transitive, else the newest; true for
         a subject without versions); ``"latest"`` the same but 40401 without versions; a
         number: against that version only (40402 if it is absent)."""
-        schema = canonical(schema, normalize=normalize)
         number = None if version is None else _version_number(version)
         with self._lock:
             state = self._fresh()
             resolve = self._resolver(state)
+            schema = canonical(schema, normalize=normalize, resolve=resolve)
             compatibility.validate(schema, resolve)
             level = self._level(state, subject)
             if version is None:

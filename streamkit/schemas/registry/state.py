@@ -26,9 +26,10 @@ that let instances agree without a leader:
 
 Why rejected claims are tombstoned before any accepted claim is: a rejected claim
 lost to an earlier one. Were the winner removed first and the log compacted, the
-loser would be first in line on the next replay and win. So the writer of a
-rejected claim removes it as soon as it reads the rejection, and a hard delete first
-removes every rejected claim still in the log.
+loser would be first in line on the next replay and win. So every write of an
+instance starts with tombstones for the rejected claims it knows of (whoever wrote
+them), and a hard delete is a write: no accepted claim is removed while a claim
+that lost to it is still in the log.
 """
 from __future__ import annotations
 
