@@ -94,3 +94,44 @@ def test_a_worker_reads_and_writes_avro_on_the_brokers_registry(cli, avsc: Path,
     decoded = _consumed(cli("consume", "big-orders", "--from-beginning", "--timeout", "0.5",
                             "--value-format", "avro"))
     assert sorted((r["key"], r["value"]["qty"]) for r in decoded) == [("o2", 5), ("o3", 7)]
+
+
+def test_json_schema_produce_validates_and_consume_decodes(cli, tmp_path: Path) -> None:
+    schema = tmp_path / "order.json"
+    schema.write_text(json.dumps({"title": "Order", "type": "object", "required": ["id"],
+                                  "properties": {"id": {"type": "string"}, "qty": {"type": "integer"}}}))
+    cli("topics", "create", "json-orders")
+    ok = cli("produce", "json-orders", "--value-format", "json-schema", "--schema", str(schema),
+             stdin='{"id": "o1", "qty": 2}\n{"id": 7}\n')
+    assert ok.returncode == 1 and "line 2:" in ok.stderr and "fails validation at /id" in ok.stderr
+    decoded = _consumed(cli("consume", "json-orders", "--from-beginning", "--timeout", "0.5",
+                            "--value-format", "json-schema"))
+    assert [r["value"] for r in decoded] == [{"id": "o1", "qty": 2}]
+
+
+def test_protobuf_produce_and_consume_with_an_imported_file(cli, tmp_path: Path) -> None:
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "money.proto").write_text(
+        'syntax = "proto3";\npackage shop;\nmessage Money { string currency = 1; int64 cents = 2; }\n')
+    proto = tmp_path / "order.proto"
+    proto.write_text('syntax = "proto3";\npackage shop;\nimport "shop/money.proto";\n'
+                     'message Order { string id = 1; shop.Money price = 2; }\n'
+                     'message Refund { string order_id = 1; int32 cents = 2; }\n')
+    cli("topics", "create", "refunds")
+    produced = cli("produce", "refunds", "--value-format", "protobuf", "--schema", str(proto), "--message", "Refund",
+                   "--key-field", "order_id", stdin='{"order_id": "o1", "cents": 250}\n')
+    assert produced.returncode == 0, produced.stderr
+    # a consumer without the .proto builds the classes from the registry
+    decoded = _consumed(cli("consume", "refunds", "--from-beginning", "--timeout", "0.5",
+                            "--value-format", "protobuf"))
+    assert [(r["key"], r["value"]) for r in decoded] == [("o1", {"order_id": "o1", "cents": 250})]
+    cli("topics", "create", "orders")
+    produced = cli("produce", "orders", "--value-format", "protobuf", "--schema", str(proto),
+                   stdin='{"id": "o1", "price": {"currency": "EUR", "cents": "990"}}\n')
+    assert produced.returncode == 0, produced.stderr
+    decoded = _consumed(cli("consume", "orders", "--from-beginning", "--timeout", "0.5",
+                            "--value-format", "protobuf", "--schema", str(proto)))
+    assert decoded[0]["value"] == {"id": "o1", "price": {"currency": "EUR", "cents": "990"}}
+    unknown = cli("produce", "orders", "--value-format", "protobuf", "--schema", str(proto), "--message", "Nope",
+                  stdin="{}\n")
+    assert unknown.returncode == 2 and "--message Nope" in unknown.stderr and "Order, Refund" in unknown.stderr
