@@ -8,7 +8,6 @@ import json
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 from typing import Any, Iterator, Optional, Tuple
 
 import pytest
@@ -236,7 +235,7 @@ def test_plain_http_shapes(server: RegistryProcess, subject: str) -> None:
     status, content_type, body = http(server, "GET", "/no/such/path")
     assert (status, content_type, body["error_code"]) == (404, "application/vnd.schemaregistry.v1+json", 404)
     http(server, "DELETE", f"/subjects/{subject}")
-    assert http(server, "GET", f"/subjects?deletedOnly=true")[2].count(subject) == 1
+    assert http(server, "GET", "/subjects?deletedOnly=true")[2].count(subject) == 1
     assert subject not in http(server, "GET", "/subjects")[2]
 
 
@@ -282,3 +281,4 @@ def test_protobuf_serializer_round_trip_through_the_server(client: SchemaRegistr
     assert refused.value.error_code == 409
     added = namespaced.replace("string note = 2;", "string note = 2;\n  int32 qty = 3;")
     assert fresh.register_schema(subject, Schema(added, "PROTOBUF")) == schema_id + 1
+

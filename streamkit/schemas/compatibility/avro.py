@@ -13,7 +13,7 @@ same name table, so the referencing schema can name them.
 from __future__ import annotations
 
 import json
-from typing import Callable, List, Optional, Set, Tuple
+from typing import Callable, List, Set, Tuple
 
 import avro.errors
 import avro.name

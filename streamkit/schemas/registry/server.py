@@ -14,6 +14,7 @@
 ``POST /compatibility/subjects/{s}/versions[/{v|latest}]``          ``{"is_compatible"[, "messages"]}``
 ``GET|PUT|DELETE /config[/{s}]``                                    compatibility levels
 ``GET /mode[/{s}]``                                                 ``READWRITE`` (the only mode)
+``GET /contexts``                                                   ``["."]`` (the default context only)
 ==================================================================  ==========================================
 
 Requests and answers are JSON (``application/vnd.schemaregistry.v1+json``,
@@ -259,6 +260,9 @@ class _Api:
         before = await self.call(self.registry.delete_compatibility, request.match_info.get("subject"))
         return _answer({"compatibilityLevel": before.value})
 
+    async def contexts(self, request: web.Request) -> web.Response:
+        return _answer(["."])  # the default context only
+
     async def get_mode(self, request: web.Request) -> web.Response:
         return _answer({"mode": "READWRITE"})
 
@@ -326,6 +330,7 @@ def registry_app(registry: SchemaRegistry) -> web.Application:
         web.get("/config/{subject}", api.get_config),
         web.put("/config/{subject}", api.put_config),
         web.delete("/config/{subject}", api.delete_config),
+        web.get("/contexts", api.contexts),
         web.get("/mode", api.get_mode),
         web.put("/mode", api.put_mode),
         web.get("/mode/{subject}", api.get_mode),

@@ -437,6 +437,6 @@ def _level_of(level: Union[str, CompatibilityLevel]) -> CompatibilityLevel:
     try:
         return CompatibilityLevel(str(getattr(level, "value", level)).upper())
     except ValueError:
-        raise _error(RegistryError, f"Invalid compatibility level. Valid values are none, backward, forward, full, "
-                                    f"backward_transitive, forward_transitive, and full_transitive", 42203,
+        raise _error(RegistryError, "Invalid compatibility level. Valid values are none, backward, forward, full, "
+                                    "backward_transitive, forward_transitive, and full_transitive", 42203,
                      422) from None
