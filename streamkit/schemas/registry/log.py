@@ -61,6 +61,9 @@ class MemoryLog(RegistryLog):
         self._changed = threading.Condition()
         self._position = 0
 
+    def __repr__(self) -> str:
+        return "MemoryLog()"
+
     def append(self, records: Sequence[Tuple[bytes, Optional[bytes]]]) -> None:
         with self._changed:
             self._records.extend(records)
@@ -124,6 +127,9 @@ class BrokerLog(RegistryLog):
         if meta.partitions != 1:
             raise RegistryError(f"the registry topic {self.topic} on {self.url} has {meta.partitions} "
                                 f"partitions: it needs exactly 1 (the registry's order is its log order)")
+
+    def __repr__(self) -> str:
+        return f"BrokerLog({self.url!r}, topic={self.topic!r})"
 
     async def _clients(self) -> Tuple[Consumer, Producer]:
         """A consumer outside any group and a producer, made on the log's loop (aiokafka

@@ -81,6 +81,9 @@ class SchemaRegistry:
         """A registry of this process only, on a log in memory."""
         return cls(MemoryLog(), **options)
 
+    def __repr__(self) -> str:
+        return f"SchemaRegistry({self._log!r})"
+
     def close(self) -> None:
         """Release the log (the registry is unusable afterwards)."""
         with self._lock:
