@@ -136,7 +136,9 @@ class Avro(RegistrySerde):
         return super()._identity() + (self.schema_str, self.record_type)
 
     def __repr__(self) -> str:
-        return f"Avro({self.record_name() or 'schema from the registry'})"
+        if self.schema_str is None:
+            return "Avro(schema from the registry)"
+        return f"Avro({self.record_name() or self.schema_str[:40]})"
 
 
 def _schema_text(schema: AvroSchema) -> tuple:

@@ -105,6 +105,10 @@ class WindowedSerde(Serde[Windowed[K]]):
         else:
             self._mode = _BASE64
 
+    def for_topic(self, topic: str, is_key: bool, *, broker: Optional[str] = None) -> Serde[Windowed[K]]:
+        inner = self.inner.for_topic(topic, is_key, broker=broker)
+        return self if inner is self.inner else WindowedSerde(inner)
+
     def serialize(self, obj: Optional[Windowed[K]]) -> Optional[bytes]:
         if obj is None:
             return None

@@ -3,6 +3,7 @@ evolution on read, typed records, caching, binding to an app's topics."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from dataclasses import dataclass
 
 import pytest
@@ -166,3 +167,22 @@ def test_an_app_on_the_test_driver_binds_embedded_serdes_to_its_topics() -> None
     assert [reader.deserialize(value) for value in raw] == [
         {"id": "all", "total": 2}, {"id": "all", "total": 5}, {"id": "all", "total": 9}]
     assert reader.subject() == "totals-value"
+
+
+def test_windowed_keys_and_stores_with_avro_keys_are_bound_too(registry: SchemaRegistry) -> None:
+    app = sk.App("avro-windows")
+    users = Avro('"string"', registry=registry)
+    app.topic("clicks", key_serde=users, value_serde=sk.serdes.Json())
+
+    @app.topology
+    def build(b):
+        b.stream("clicks").group_by_key(key_serde=users).windowed_by(sk.TumblingWindows(timedelta(seconds=10))) \
+            .count(name="per-10s").to_stream().to("counts")
+
+    driver = TopologyTestDriver(app)
+    for user, ts in [("ann", 1_000), ("bob", 2_000), ("ann", 3_000)]:
+        driver.input_topic("clicks").pipe_input(user, {"ts": ts}, timestamp=ts)
+    counts = driver.output_topic("counts").read_key_values()
+    assert [(w.key, w.start, n) for w, n in counts] == [("ann", 0, 1), ("bob", 0, 1), ("ann", 0, 2)]
+    # the windowed sink's key, the store's keys (its changelog) and the source: one subject each
+    assert registry.subjects() == ["avro-windows-per-10s-changelog-key", "clicks-key", "counts-key"]

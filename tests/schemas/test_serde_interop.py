@@ -5,7 +5,9 @@ the other writes, directly and through an embedded topic."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import pickle
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
@@ -18,6 +20,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamkit.core.records import TopicPartition
 from streamkit.errors import SerializationError
+from streamkit.schemas.http_client import HttpRegistryClient
+from streamkit.schemas.model import (InvalidSchema, RegistryError, Schema, SchemaNotFound, SubjectNotFound,
+                                     VersionNotFound)
 from streamkit.schemas.protobuf_text import message_class
 from streamkit.serdes import Avro, JsonSchema, Protobuf
 from streamkit.transport.factory import open_transport
@@ -72,6 +77,8 @@ def test_avro_bytes_are_the_same_both_ways(server: RegistryProcess, client: Sche
     assert ours.deserialize(theirs) == ORDER
     assert AvroDeserializer(client)(ours.serialize(ORDER), _value("avro-orders")) == ORDER
     assert client.get_latest_version("avro-orders-value").schema_id == int.from_bytes(theirs[1:5], "big")
+    shipped = pickle.loads(pickle.dumps(ours))  # as a Spark replay ships it: caches left behind, rebuilt on use
+    assert shipped == ours and not shipped._readers and shipped.deserialize(theirs) == ORDER
 
 
 def test_avro_evolution_across_clients(server: RegistryProcess, client: SchemaRegistryClient) -> None:
@@ -184,3 +191,28 @@ def test_through_an_embedded_topic_with_the_cli(cli, broker_dir: Path, server: R
     assert produced.returncode == 0, produced.stderr
     [(key, value)] = _read(broker, "from-streamkit")
     assert key is None and AvroDeserializer(client)(value, _value("from-streamkit")) == ORDER
+
+
+def test_http_client_speaks_the_rest_api_and_maps_its_errors(server: RegistryProcess) -> None:
+    host = server.url.split("://", 1)[1]
+    client = HttpRegistryClient(f"http://bob:s%3Acret@{host}/")  # basic auth from the userinfo
+    assert client.url == server.url and "s:cret" not in repr(client) and "bob" not in repr(client)
+    assert client._headers["Authorization"] == "Basic " + base64.b64encode(b"bob:s:cret").decode()
+    schema = Schema(json.dumps({"type": "record", "name": "H", "fields": [{"name": "a", "type": "int"}]}))
+    schema_id = client.register("http-value", schema)
+    assert client.register("http-value", schema) == schema_id  # already there: same id, no new version
+    assert client.lookup("http-value", schema).schema_id == schema_id
+    assert client.version("http-value", 1).schema_id == schema_id
+    assert client.latest_version("http-value").version == 1
+    assert json.loads(client.schema_by_id(schema_id).schema_str) == json.loads(schema.schema_str)
+    with pytest.raises(SubjectNotFound):
+        client.latest_version("no-such-subject")
+    with pytest.raises(SchemaNotFound):
+        client.schema_by_id(987654)
+    with pytest.raises(VersionNotFound):
+        client.version("http-value", 9)
+    with pytest.raises(InvalidSchema):
+        client.register("http-value", Schema("{not avro"))
+    with pytest.raises(RegistryError, match="unreachable") as unreachable:
+        HttpRegistryClient("http://127.0.0.1:9", timeout=2).schema_by_id(1)
+    assert unreachable.value.status == 503
