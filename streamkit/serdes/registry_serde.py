@@ -15,7 +15,8 @@ A registry serde writes Confluent's wire format (see
   schema. The id and the encoder are kept: later writes never ask the registry.
 - **First read of a schema id**: the writer schema is fetched by id, parsed and kept
   with a decoder for it (Avro resolves it against the serde's reader schema). Later
-  records with that id never ask the registry. The registry client is shared per
+  records with that id never ask the registry (an id the registry does not know is
+  asked again at most once a second). The registry client is shared per
   registry and caches answers too (:class:`~streamkit.schemas.registry_resolution.CachedRegistry`).
 - **Bad input**: a record without the magic byte 0 and a 4-byte id, an id the
   registry does not know, a payload that does not decode with its schema, a value
@@ -29,6 +30,7 @@ from __future__ import annotations
 import copy
 import logging
 import struct
+import time
 from typing import Any, Callable, ClassVar, Dict, Optional, Tuple
 
 from ..errors import ConfigError, SerializationError
@@ -49,6 +51,12 @@ Reader = Callable[[bytes, int], Any]
 """Decodes the record bytes from the offset after the 5-byte header."""
 
 _ID = struct.Struct(">I")
+
+UNKNOWN_ID_RETRY_S = 1.0
+"""A schema id the registry did not know is not asked again for this long: a flood of
+records with a foreign id costs one round trip per second, not one per record (and an
+id registered meanwhile, e.g. through another registry instance still catching up, is
+found on the next ask)."""
 
 
 class RegistrySerde(Serde[Any]):
@@ -73,6 +81,8 @@ class RegistrySerde(Serde[Any]):
         self._writer: Optional[Writer] = None
         self._write_id: Optional[int] = None
         self._readers: Dict[int, Reader] = {}
+        self._unknown: Dict[int, float] = {}
+        """Ids the registry did not know, with when it was asked (asked again after UNKNOWN_ID_RETRY_S)."""
 
     # -- what subclasses provide ----------------------------------------------------
 
@@ -103,6 +113,7 @@ class RegistrySerde(Serde[Any]):
         bound._writer = None
         bound._write_id = None
         bound._readers = {}
+        bound._unknown = {}
         return bound
 
     def client(self) -> CachedRegistry:
@@ -205,9 +216,15 @@ class RegistrySerde(Serde[Any]):
         return writer
 
     def _resolve_reader(self, schema_id: int) -> Reader:
+        asked = self._unknown.get(schema_id)
+        now = time.monotonic()
         try:
+            if asked is not None and now - asked < UNKNOWN_ID_RETRY_S:
+                raise SchemaNotFound(f"schema id {schema_id} (asked {now - asked:.1f} s ago)")
             schema = self.client().schema_by_id(schema_id)
         except SchemaNotFound:
+            if asked is None or now - asked >= UNKNOWN_ID_RETRY_S:
+                self._unknown[schema_id] = now
             raise SerializationError(
                 f"{self._where(schema_id)}: unknown schema id {schema_id}: registry "
                 f"{describe_registry(self.registry)} has no schema with that id (written against another "
@@ -264,6 +281,6 @@ class RegistrySerde(Serde[Any]):
     def __getstate__(self) -> Dict[str, Any]:
         # Pickled (e.g. to Spark executors) without caches or the client: they rebuild on use.
         state = dict(vars(self))
-        state.update(_client=None, _writer=None, _write_id=None, _readers={})
+        state.update(_client=None, _writer=None, _write_id=None, _readers={}, _unknown={})
         return state
 

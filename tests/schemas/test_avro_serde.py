@@ -110,6 +110,11 @@ def test_registry_is_asked_once_per_subject_and_id_not_per_record(registry: Sche
     client = writer.client()
     assert client is reader.client()  # one cache per registry, shared by every serde
     assert client.round_trips == 2  # one registration, one schema fetched by id
+    foreign = b"\x00" + (31337).to_bytes(4, "big") + b"\x04o1\x02"
+    for _ in range(100):
+        with pytest.raises(SerializationError, match="unknown schema id 31337"):
+            reader.deserialize(foreign)
+    assert client.round_trips == 3  # an unknown id is asked once (again after a second), not per record
 
 
 def test_fast_deserializer_refuses_what_deserialize_refuses(registry: SchemaRegistry) -> None:

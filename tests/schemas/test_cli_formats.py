@@ -47,6 +47,21 @@ def test_avro_produce_then_consume_as_json_lines(cli, avsc: Path) -> None:
     assert len(raw) == 3 and all(r["value"].startswith(("\x00\x00\x00\x00\x01", "base64:AAAAAAE")) for r in raw)
 
 
+def test_avro_keys(cli, avsc: Path, tmp_path: Path) -> None:
+    key_schema = tmp_path / "key.avsc"
+    key_schema.write_text('"string"')
+    cli("topics", "create", "keyed", "--partitions", "3")
+    produced = cli("produce", "keyed", "--value-format", "avro", "--schema", str(avsc), "--key-field", "id",
+                   "--key-format", "avro", "--key-schema", str(key_schema), stdin=_lines(ORDERS))
+    assert produced.returncode == 0, produced.stderr
+    decoded = _consumed(cli("consume", "keyed", "--from-beginning", "--timeout", "0.5", "--value-format", "avro",
+                            "--key-format", "avro"))
+    assert sorted((r["key"], r["value"]["qty"]) for r in decoded) == [("o1", 1), ("o2", 5), ("o3", 7)]
+    raw = _consumed(cli("consume", "keyed", "--from-beginning", "--timeout", "0.5"))
+    # magic byte, 4-byte id, then Avro's string: zigzag length 2 (0x04) and the text
+    assert sorted((r["key"][:4], r["key"][5:]) for r in raw) == [("\x00" * 4, f"\x04{o['id']}") for o in ORDERS]
+
+
 def test_a_line_that_does_not_fit_the_schema_stops_produce_after_the_lines_before(cli, avsc: Path) -> None:
     cli("topics", "create", "orders")
     bad = cli("produce", "orders", "--value-format", "avro", "--schema", str(avsc),
