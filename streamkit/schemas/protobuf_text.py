@@ -24,21 +24,22 @@ Everything here is a pure function of its arguments (temporary files for protoc 
   wire form is :mod:`.wire_format`'s).
 
 Not printed by :func:`to_proto_text`: comments, and custom options (extensions of
-``google.protobuf.*Options``) whose extension the protobuf runtime does not know (its
-``_pb2`` module not imported: they are unknown fields then); Confluent's
-``confluent.field_meta`` & co. print. Editions files print ``edition = "..."`` and their
+``google.protobuf.*Options``) whose definition is neither among the files given to it
+nor known to the protobuf runtime. Editions files print ``edition = "..."`` and their
 ``features`` as aggregate options, best effort.
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import contextvars
 import functools
 import importlib
 import importlib.util
 import os
 import re
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import (TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set,
@@ -60,6 +61,10 @@ __all__ = ["ParsedProto", "parse", "is_serialized", "from_serialized", "to_seria
 #: The file name a schema gets when nothing names it (imports keep their import paths).
 DEFAULT_NAME = "schema.proto"
 
+_PROTOC_LOCK = threading.Lock()
+#: While printing: finds an options class that knows the printed file's custom options.
+_OPTION_CLASSES: "contextvars.ContextVar[Optional[Callable[[str], Optional[type]]]]" = \
+    contextvars.ContextVar("streamkit_proto_option_classes", default=None)
 _BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}\s*$")
 
 #: Files a registry resolves without a reference (confluent-kafka's ``_is_builtin``).
@@ -166,18 +171,27 @@ def parse(schema_str: str, imports: Optional[Mapping[str, str]] = None, *,
 
 
 def _compile(sources: Mapping[str, str], name: str) -> List["FileDescriptorProto"]:
-    """Write ``sources`` into a temporary tree, add the builtin files that some import
-    needs and none of ``sources`` provides, and compile ``name`` with its imports."""
+    """``name`` compiled with its imports from ``sources`` (fresh descriptor protos each
+    call; the compilation itself is cached)."""
     from google.protobuf import descriptor_pb2
+
+    serialized = _compiled(tuple(sorted(sources.items())), name)
+    return list(descriptor_pb2.FileDescriptorSet.FromString(serialized).file)
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(sources: Tuple[Tuple[str, str], ...], name: str) -> bytes:
+    """Write ``sources`` into a temporary tree, add the builtin files that some import
+    needs and none of ``sources`` provides, compile ``name`` with its imports and
+    return the serialized ``FileDescriptorSet``. Cached: a registry compiles the same
+    versions again for every compatibility check (and protoc prints its warnings,
+    such as unused imports, once per schema). One compilation at a time: protoc runs
+    in this process."""
     from grpc_tools import _protoc_compiler, protoc
 
-    with tempfile.TemporaryDirectory(prefix="streamkit-proto-") as tmp:
+    with _PROTOC_LOCK, tempfile.TemporaryDirectory(prefix="streamkit-proto-") as tmp:
         root = Path(tmp, "src")
-        for path, text in sources.items():
-            target = _inside(root, path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-        for path, text in _missing_builtins(sources).items():
+        for path, text in [*sources, *_missing_builtins(dict(sources)).items()]:
             target = _inside(root, path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
@@ -190,9 +204,7 @@ def _compile(sources: Mapping[str, str], name: str) -> List["FileDescriptorProto
             raise InvalidSchema(_protoc_message(exc)) from exc
         if protoc.main(args) != 0 or not out.exists():
             raise InvalidSchema(f"protoc could not compile {name}")
-        fds = descriptor_pb2.FileDescriptorSet()
-        fds.ParseFromString(out.read_bytes())
-    return list(fds.file)
+        return out.read_bytes()
 
 
 def _protoc_message(exc: Exception) -> str:
@@ -385,13 +397,51 @@ _MAX_FIELD_NUMBER = 536870911
 _IMPLIED_OPTIONS = {"map_entry"}
 
 
-def to_proto_text(file: Union["FileDescriptorProto", "FileDescriptor"]) -> str:
+def to_proto_text(file: Union["FileDescriptorProto", "FileDescriptor", ParsedProto],
+                  dependencies: Sequence["FileDescriptorProto"] = ()) -> str:
     """``file`` as ``.proto`` text: syntax (or edition), package, imports, options,
     messages (nested types, maps, oneofs, proto3 ``optional``, groups, reserved and
     extension ranges), enums, extensions and services. Type names are printed fully
-    qualified (``.pkg.Msg``), so :func:`parse` of the text gives ``file`` back (less
-    custom options, see the module's docstring)."""
+    qualified (``.pkg.Msg``), so :func:`parse` of the text gives ``file`` back.
+
+    Custom options (``[(my.sensitivity) = "pci"]``) print when the protobuf runtime
+    knows their extension (a generated ``_pb2`` imported) or when it is defined in
+    ``file`` or ``dependencies``: pass a :class:`ParsedProto` (or its dependencies) to
+    keep them; otherwise they are dropped."""
+    if isinstance(file, ParsedProto):
+        file, dependencies = file.file, tuple(dependencies) or file.dependencies
     proto = _as_proto(file)
+    token = _OPTION_CLASSES.set(_option_classes([*dependencies, proto]) if dependencies else None)
+    try:
+        return _print_file(proto)
+    finally:
+        _OPTION_CLASSES.reset(token)
+
+
+def _option_classes(files: Sequence["FileDescriptorProto"]) -> Optional[Callable[[str], Optional[type]]]:
+    """Looks up ``google.protobuf.*Options`` classes in a pool holding ``files``, so
+    options parse with the custom options those files define (None if they do not
+    make a pool)."""
+    from google.protobuf import message_factory
+
+    try:
+        pool = descriptor_pool(ParsedProto(files[-1], tuple(files[:-1])))
+    except InvalidSchema:
+        return None
+    classes: Dict[str, Optional[type]] = {}
+
+    def lookup(full_name: str) -> Optional[type]:
+        if full_name not in classes:
+            try:
+                classes[full_name] = message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
+            except KeyError:
+                classes[full_name] = None
+        return classes[full_name]
+
+    return lookup
+
+
+def _print_file(proto: "FileDescriptorProto") -> str:
     out: List[str] = []
     if proto.syntax == "editions":
         out.append(f'edition = "{_edition_name(proto.edition)}";')
@@ -572,6 +622,11 @@ def _options(options: "Message") -> List[str]:
     """``name = value`` for each option set (extensions the runtime knows included)."""
     from google.protobuf.descriptor import FieldDescriptor
 
+    lookup = _OPTION_CLASSES.get()
+    if lookup is not None and options.ByteSize():
+        dynamic = lookup(options.DESCRIPTOR.full_name)
+        if dynamic is not None:  # the same bytes, read with the custom options' extensions known
+            options = dynamic.FromString(options.SerializeToString())
     found: List[str] = []
     for field, value in options.ListFields():
         if field.name in _IMPLIED_OPTIONS and not field.is_extension:

@@ -352,3 +352,48 @@ def test_a_generated_modules_file_registers_as_text(generated: ModuleType) -> No
     parsed = pt.parse(text, IMPORTS, name="streamkit_test_orders.proto")
     assert _without_json_names(parsed.file) == _without_json_names(original)
     assert 'string customer_id = 11 [json_name = "customer"];' in text
+
+
+def test_parse_results_are_fresh_though_compilation_is_cached() -> None:
+    first = pt.parse(ORDERS, IMPORTS)
+    first.file.message_type[0].name = "Mutated"
+    assert pt.parse(ORDERS, IMPORTS).file.message_type[0].name == "Order"
+
+
+def test_parse_from_several_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [MONEY.replace("Money", f"Money{i}") for i in range(8)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        files = list(pool.map(lambda text: pt.parse(text).file, texts))
+    assert [f.message_type[0].name for f in files] == [f"Money{i}" for i in range(8)]
+
+
+OPTIONS = """
+syntax = "proto3";
+package my;
+import "google/protobuf/descriptor.proto";
+extend google.protobuf.FieldOptions { string sensitivity = 50001; }
+extend google.protobuf.MessageOptions { int32 version = 50002; }
+"""
+CARD = """
+syntax = "proto3";
+package shop;
+import "opts.proto";
+message Card {
+  option (my.version) = 3;
+  string number = 1 [(my.sensitivity) = "pci"];
+}
+"""
+
+
+def test_custom_options_print_when_their_definitions_are_given() -> None:
+    parsed = pt.parse(CARD, {"opts.proto": OPTIONS})
+    printed = pt.to_proto_text(parsed)
+    assert "option (my.version) = 3;" in printed
+    assert 'string number = 1 [(my.sensitivity) = "pci"];' in printed
+    assert pt.to_proto_text(parsed.file, parsed.dependencies) == printed
+    again = pt.parse(printed, {"opts.proto": OPTIONS})
+    assert again.file == parsed.file
+    # without the definitions the runtime cannot read them: they are left out
+    assert "sensitivity" not in pt.to_proto_text(parsed.file)
