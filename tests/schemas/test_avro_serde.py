@@ -191,3 +191,19 @@ def test_windowed_keys_and_stores_with_avro_keys_are_bound_too(registry: SchemaR
     assert [(w.key, w.start, n) for w, n in counts] == [("ann", 0, 1), ("bob", 0, 1), ("ann", 0, 2)]
     # the windowed sink's key, the store's keys (its changelog) and the source: one subject each
     assert registry.subjects() == ["avro-windows-per-10s-changelog-key", "clicks-key", "counts-key"]
+
+
+def test_schemas_with_references_are_resolved_through_the_registry(registry: SchemaRegistry) -> None:
+    from streamkit.schemas.model import SchemaReference
+
+    money = {"type": "record", "name": "Money", "namespace": "shop",
+             "fields": [{"name": "currency", "type": "string"}, {"name": "cents", "type": "long"}]}
+    registry.register("shop.Money", Schema(json.dumps(money)))
+    priced = {"type": "record", "name": "Priced", "namespace": "shop",
+              "fields": [{"name": "id", "type": "string"}, {"name": "price", "type": "shop.Money"}]}
+    registry.register("priced-value", Schema(json.dumps(priced), references=[
+        SchemaReference("shop.Money", "shop.Money", 1)]))
+    writer = Avro(registry=registry, use_latest_version=True).for_topic("priced", False)
+    value = {"id": "p1", "price": {"currency": "EUR", "cents": 250}}
+    data = writer.serialize(value)
+    assert Avro(registry=registry).for_topic("priced", False).deserialize(data) == value

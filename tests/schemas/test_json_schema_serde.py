@@ -78,3 +78,21 @@ def test_invalid_schemas_fail_at_construction() -> None:
         JsonSchema({"type": "no-such-type"}, registry="embedded")
     with pytest.raises(ConfigError, match="not JSON"):
         JsonSchema("{oops", registry="embedded")
+
+
+def test_references_are_resolved_when_validating(registry: SchemaRegistry) -> None:
+    from streamkit.schemas.model import SchemaReference
+
+    address = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+               "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    registry.register("address", Schema(json.dumps(address), SchemaType.JSON))
+    customer = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "Customer", "type": "object",
+                "properties": {"name": {"type": "string"}, "address": {"$ref": "address.json"}}}
+    registry.register("customers-value", Schema(json.dumps(customer), SchemaType.JSON,
+                                                references=[SchemaReference("address.json", "address", 1)]))
+    writer = JsonSchema(registry=registry, use_latest_version=True).for_topic("customers", False)
+    good = writer.serialize({"name": "ann", "address": {"city": "Oslo"}})
+    reader = JsonSchema(registry=registry, validate_on_read=True).for_topic("customers", False)
+    assert reader.deserialize(good) == {"name": "ann", "address": {"city": "Oslo"}}
+    with pytest.raises(SerializationError, match="fails validation at /address: 'city' is a required property"):
+        writer.serialize({"name": "bob", "address": {}})
