@@ -261,15 +261,24 @@ def _missing_builtins(sources: Mapping[str, str]) -> Dict[str, str]:
 
 def collect_imports(schema: Schema, resolve: Callable[[SchemaReference], Schema]) -> Dict[str, str]:
     """``{import_path: schema_str}`` for everything ``schema`` references, directly or
-    through its references (``resolve`` fetches a reference's schema); builtin files
-    (``google/protobuf/...``, ``confluent/...``) are skipped, :func:`parse` has them."""
+    through its references (``resolve`` fetches a reference's schema). References to
+    the well-known types (``google/protobuf/...``) are skipped, protoc ships them; one
+    to another builtin file (``google/type/...``, ``confluent/...``) is used if the
+    registry has it and left to :func:`parse`'s builtins if it has not."""
+    from .model import RegistryError
+
     found: Dict[str, str] = {}
     pending = list(schema.references)
     while pending:
         ref = pending.pop()
-        if ref.name in found or ref.name.startswith(_BUILTIN_PREFIXES):
+        if ref.name in found or ref.name.startswith("google/protobuf/"):
             continue
-        target = resolve(ref)
+        try:
+            target = resolve(ref)
+        except RegistryError:
+            if ref.name.startswith(_BUILTIN_PREFIXES):
+                continue
+            raise
         found[ref.name] = target.schema_str
         pending.extend(target.references)
     return found

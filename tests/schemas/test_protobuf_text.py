@@ -15,7 +15,7 @@ from google.rpc import status_pb2
 from grpc_tools import protoc
 
 from streamkit.schemas import protobuf_text as pt
-from streamkit.schemas.model import InvalidSchema, Schema, SchemaReference, SchemaType
+from streamkit.schemas.model import InvalidSchema, Schema, SchemaNotFound, SchemaReference, SchemaType
 
 MONEY = """
 syntax = "proto3";
@@ -265,6 +265,29 @@ def test_collect_imports_follows_references_transitively() -> None:
     assert pt.parse(top.schema_str, imports).file.message_type[0].name == "Envelope"
 
 
+def test_builtin_references_come_from_the_registry_if_it_has_them() -> None:
+    """confluent-kafka registers google/type/... files too unless told to skip them."""
+    from google.type import date_pb2
+
+    def resolve(ref: SchemaReference) -> Schema:
+        if ref.subject == "google/type/date.proto":
+            return Schema(pt.to_serialized(date_pb2.DESCRIPTOR), SchemaType.PROTOBUF)
+        raise SchemaNotFound(f"no subject {ref.subject}")
+
+    text = 'syntax = "proto3"; import "google/type/date.proto"; message Born { google.type.Date on = 1; }'
+    date_ref = SchemaReference("google/type/date.proto", "google/type/date.proto", 1)
+    registered = Schema(text, SchemaType.PROTOBUF, (date_ref,))
+    imports = pt.collect_imports(registered, resolve)
+    assert list(imports) == ["google/type/date.proto"] and pt.is_serialized(imports["google/type/date.proto"])
+    assert pt.parse(text, imports).dependencies[-1].name == "google/type/date.proto"
+
+    unregistered = Schema(text, SchemaType.PROTOBUF, (SchemaReference("google/type/date.proto", "missing", 1),))
+    assert pt.collect_imports(unregistered, resolve) == {}
+    assert pt.parse(text).dependencies[-1].name == "google/type/date.proto"  # googleapis-common-protos' file
+    with pytest.raises(SchemaNotFound):
+        pt.collect_imports(Schema(text, SchemaType.PROTOBUF, (SchemaReference("mine.proto", "missing", 1),)), resolve)
+
+
 def test_message_class_encodes_and_decodes_with_a_users_proto() -> None:
     order_class = pt.message_class(ORDERS, "shop.orders.Order", IMPORTS)
     assert pt.message_class(ORDERS, "shop.orders.Order", IMPORTS) is order_class
@@ -296,7 +319,8 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
                         "shop/common/money.proto", "streamkit_test_orders.proto"]) == 0
     sys.path.insert(0, str(root))
     try:
-        spec = importlib.util.spec_from_file_location("streamkit_test_orders_pb2", root / "streamkit_test_orders_pb2.py")
+        spec = importlib.util.spec_from_file_location("streamkit_test_orders_pb2",
+                                                      root / "streamkit_test_orders_pb2.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:

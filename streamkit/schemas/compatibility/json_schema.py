@@ -80,7 +80,7 @@ from urllib.parse import unquote, urljoin
 
 from ..model import InvalidSchema, Schema, SchemaReference
 
-__all__ = ["validate", "read_incompatibilities", "parse_schema"]
+__all__ = ["validate", "read_incompatibilities"]
 
 Resolver = Callable[[SchemaReference], Schema]
 
@@ -99,7 +99,7 @@ _COMBINERS = ("allOf", "anyOf", "oneOf")
 
 # --- parsing and validation --------------------------------------------------------------
 
-def parse_schema(schema: Schema) -> Any:
+def _parse_schema(schema: Schema) -> Any:
     """The schema's JSON (an object or a boolean), checked against its metaschema;
     ``InvalidSchema`` otherwise."""
     import jsonschema
@@ -155,7 +155,7 @@ def _documents(schema: Schema, resolve: Resolver) -> Dict[str, _Document]:
     found: Dict[str, _Document] = {}
 
     def add(name: str, target: Schema) -> None:
-        raw = parse_schema(target)
+        raw = _parse_schema(target)
         document = _Document(raw, raw.get("$id", "") if isinstance(raw, dict) else "", found)
         found[name] = document
         if document.base:
@@ -406,7 +406,8 @@ class _Diff:
         if len(w_parts) < len(r_parts) and update.kind == "allOf":
             found.append(f"{path}: constraints added: {update.spelled()} (the writer had {original.spelled()})")
         elif len(w_parts) > len(r_parts) and update.kind != "allOf":
-            found.append(f"{path}: {update.kind} lost branches: {update.spelled()} (the writer had {original.spelled()})")
+            found.append(f"{path}: {update.kind} lost branches: {update.spelled()} "
+                         f"(the writer had {original.spelled()})")
         edges = {i: [j for j, r in enumerate(r_parts)
                      if not self.compare(w, r, f"{path}/{original.kind}/{i}")] for i, w in enumerate(w_parts)}
         matched = _matching(edges, len(r_parts))

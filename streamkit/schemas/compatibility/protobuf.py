@@ -47,7 +47,7 @@ from ..protobuf_text import ParsedProto, collect_imports, parse
 if TYPE_CHECKING:  # pragma: no cover
     from google.protobuf.descriptor_pb2 import DescriptorProto, FieldDescriptorProto
 
-__all__ = ["validate", "read_incompatibilities", "parse_schema"]
+__all__ = ["validate", "read_incompatibilities"]
 
 Resolver = Callable[[SchemaReference], Schema]
 
@@ -63,7 +63,7 @@ _SCALAR_GROUP = {"int32": "varint", "uint32": "varint", "int64": "varint", "uint
                  "float": "float", "double": "double"}
 
 
-def parse_schema(schema: Schema, resolve: Resolver) -> ParsedProto:
+def _parse_schema(schema: Schema, resolve: Resolver) -> ParsedProto:
     """``schema`` compiled with everything it references (``InvalidSchema`` if protoc
     refuses it)."""
     return parse(schema.schema_str, collect_imports(schema, resolve))
@@ -71,13 +71,13 @@ def parse_schema(schema: Schema, resolve: Resolver) -> ParsedProto:
 
 def validate(schema: Schema, resolve: Resolver) -> None:
     """Raise ``InvalidSchema`` (with protoc's message) unless ``schema`` compiles."""
-    parse_schema(schema, resolve)
+    _parse_schema(schema, resolve)
 
 
 def read_incompatibilities(reader: Schema, writer: Schema, resolve: Resolver) -> List[str]:
     """Why data written with ``writer`` cannot be read with ``reader``, by Confluent's
     Protobuf rules (see the module docstring); empty when it can."""
-    diff = _Diff(_Side(parse_schema(writer, resolve)), _Side(parse_schema(reader, resolve)))
+    diff = _Diff(_Side(_parse_schema(writer, resolve)), _Side(_parse_schema(reader, resolve)))
     diff.files()
     return diff.problems
 
