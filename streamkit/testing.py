@@ -68,7 +68,8 @@ class TopologyTestDriver:
     def __init__(self, app: App, *, initial_wall_clock: Union[int, datetime] = 0) -> None:
         self.app = app
         # No broker here: registry="embedded" serdes share an in-memory registry per driver.
-        self.topology: Topology = bind_serdes(app.build(), f"memory://driver-{next(_DRIVER_IDS)}")
+        self._registry_broker = f"memory://driver-{next(_DRIVER_IDS)}"
+        self.topology: Topology = bind_serdes(app.build(), self._registry_broker)
         self._wall_clock = _millis(initial_wall_clock)
         self._collector = RecordCollector()
         self._offsets: Dict[str, int] = {}
@@ -101,7 +102,12 @@ class TopologyTestDriver:
                                      and not self.topology.topics[t].internal))
             raise StreamkitError(f"topic '{name}' is not read by app '{self.app.id}' (it reads: {reads})")
         spec = self.topology.topics[name]
-        return TestInputTopic(self, name, key_serde or spec.key_serde, value_serde or spec.value_serde)
+        return TestInputTopic(self, name, self._bound(key_serde, name, True) or spec.key_serde,
+                              self._bound(value_serde, name, False) or spec.value_serde)
+
+    def _bound(self, serde: Optional[Serde], topic: str, is_key: bool) -> Optional[Serde]:
+        """A serde given to input_topic/output_topic, bound to ``topic`` as the app's are."""
+        return None if serde is None else serde.for_topic(topic, is_key, broker=self._registry_broker)
 
     def _pipe(self, topic: str, key: Optional[bytes], value: Optional[bytes], timestamp: int,
               headers: Headers) -> None:
@@ -154,7 +160,8 @@ class TopologyTestDriver:
                 return TestOutputTopic(self, name, Bytes(), Bytes())
             writes = ", ".join(sorted(self.topology.topics))
             raise StreamkitError(f"topic '{name}' is not written by app '{self.app.id}' (its topics: {writes})")
-        return TestOutputTopic(self, name, key_serde or spec.key_serde, value_serde or spec.value_serde)
+        return TestOutputTopic(self, name, self._bound(key_serde, name, True) or spec.key_serde,
+                               self._bound(value_serde, name, False) or spec.value_serde)
 
     def _take(self, topic: str) -> list:
         records = self._outputs.get(topic, [])

@@ -172,6 +172,10 @@ def test_an_app_on_the_test_driver_binds_embedded_serdes_to_its_topics() -> None
     assert [reader.deserialize(value) for value in raw] == [
         {"id": "all", "total": 2}, {"id": "all", "total": 5}, {"id": "all", "total": 9}]
     assert reader.subject() == "totals-value"
+    # serdes given to the driver's topic handles are bound to the topic and the driver's registry too
+    orders.pipe_input("k", {"id": "o3", "qty": 1}, timestamp=3)
+    generic = driver.output_topic("totals", value_serde=Avro(registry="embedded"))
+    assert generic.read_values() == [{"id": "all", "total": 10}]
 
 
 def test_windowed_keys_and_stores_with_avro_keys_are_bound_too(registry: SchemaRegistry) -> None:
