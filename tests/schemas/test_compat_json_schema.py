@@ -255,6 +255,17 @@ def test_local_and_recursive_refs_are_followed() -> None:
     assert backward == ["#/properties/value: type changed from integer to string"]
 
 
+def test_keywords_beside_ref_count_from_draft_2019_09_on() -> None:
+    defs = {"name": STR}
+    old = {"definitions": defs, "type": "object", "properties": {"n": {"$ref": "#/definitions/name"}}}
+    new = {"definitions": defs, "type": "object", "properties": {"n": {"$ref": "#/definitions/name", "maxLength": 3}}}
+    _check(old, new, OK, OK)  # draft 7: maxLength beside $ref is ignored
+    dialect = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    backward, forward = _verdicts({**dialect, **old}, {**dialect, **new})
+    assert backward == ["#/properties/n: constraints added: allOf [string, string] (the writer had allOf [string])"]
+    assert forward == []
+
+
 CUSTOMER_V1 = {"$id": "https://example.com/customer.json", **_obj({"name": STR})}
 CUSTOMER_V2 = {"$id": "https://example.com/customer.json", **_obj({"name": STR, "age": INT})}
 REGISTRY = {("customer", 1): _json(CUSTOMER_V1), ("customer", 2): _json(CUSTOMER_V2)}

@@ -13,7 +13,8 @@ value), ``false``, one node per type (``integer`` is a number that must be whole
 ``"type": [...]`` is an ``anyOf`` of one node per type), ``enum``, ``const``,
 ``allOf``/``anyOf``/``oneOf``, ``not``; a schema with several of those (``"type":
 "string", "enum": [...]``) is their ``allOf``. ``$ref`` is followed (local pointers,
-references by name or ``$id``) and recursion stops at a pair already being compared.
+references by name or ``$id``; keywords beside it apply from draft 2019-09 on, as the
+drafts say) and recursion stops at a pair already being compared.
 
 Covered (Confluent's verdicts):
 
@@ -148,6 +149,13 @@ class _Document:
     base: str = ""
     siblings: Dict[str, "_Document"] = field(default_factory=dict)
 
+    @property
+    def ref_has_siblings(self) -> bool:
+        """Whether keywords beside ``$ref`` apply (2019-09 on); up to draft 7 (the
+        default) they are ignored."""
+        dialect = self.raw.get("$schema", "") if isinstance(self.raw, dict) else ""
+        return isinstance(dialect, str) and ("2019-09" in dialect or "2020-12" in dialect)
+
 
 def _documents(schema: Schema, resolve: Resolver) -> Dict[str, _Document]:
     """The schema (under ``""``) and everything it references, transitively, under
@@ -277,7 +285,7 @@ class _Diff:
             found = _resolve(raw["$ref"], document) if hops < 64 else None
             rest = {k: v for k, v in raw.items() if k != "$ref"}
             target = self.load(found[0], found[1], hops + 1) if found else _Node("ref", raw, document)
-            if not set(rest) - _ANNOTATIONS:
+            if not set(rest) - _ANNOTATIONS or not document.ref_has_siblings:
                 return target
             return _Node("allOf", raw, document, parts=[target, self.load(rest, document)], synthetic=True)
         parts: List[_Node] = []
