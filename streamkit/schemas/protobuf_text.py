@@ -26,7 +26,7 @@ Everything here is a pure function of its arguments (temporary files for protoc 
 Not printed by :func:`to_proto_text`: comments, and custom options (extensions of
 ``google.protobuf.*Options``) whose definition is neither among the files given to it
 nor known to the protobuf runtime. Editions files print ``edition = "..."`` and their
-``features`` as aggregate options, best effort.
+``features`` as aggregate options (``features = { field_presence: EXPLICIT }``).
 """
 from __future__ import annotations
 

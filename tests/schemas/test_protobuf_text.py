@@ -110,6 +110,18 @@ enum Unused {
 }
 """
 
+EDITION_2023 = """
+edition = "2023";
+package ed;
+option features.field_presence = IMPLICIT;
+message M {
+  int32 a = 1 [features.field_presence = EXPLICIT];
+  repeated int32 b = 2 [features.repeated_field_encoding = EXPANDED];
+  M child = 3 [features.message_encoding = DELIMITED];
+  enum E { option features.enum_type = CLOSED; X = 1; }
+}
+"""
+
 IMPORTS = {"shop/common/money.proto": MONEY}
 
 
@@ -126,8 +138,8 @@ def test_parse_compiles_the_file_and_its_imports_in_dependency_order() -> None:
     assert parsed.files[-1] is parsed.file
 
 
-@pytest.mark.parametrize("text, imports", [(ORDERS, IMPORTS), (LEGACY, {}), (MONEY, {})],
-                         ids=["proto3", "proto2", "plain"])
+@pytest.mark.parametrize("text, imports", [(ORDERS, IMPORTS), (LEGACY, {}), (MONEY, {}), (EDITION_2023, {})],
+                         ids=["proto3", "proto2", "plain", "edition-2023"])
 def test_text_to_descriptor_to_text_round_trips(text: str, imports: dict) -> None:
     first = pt.parse(text, imports)
     printed = pt.to_proto_text(first.file)
