@@ -282,3 +282,27 @@ def test_protobuf_serializer_round_trip_through_the_server(client: SchemaRegistr
     added = namespaced.replace("string note = 2;", "string note = 2;\n  int32 qty = 3;")
     assert fresh.register_schema(subject, Schema(added, "PROTOBUF")) == schema_id + 1
 
+
+def test_json_schema_serializer_round_trip_through_the_server(client: SchemaRegistryClient, subject: str) -> None:
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+    order = {"$schema": "http://json-schema.org/draft-07/schema#", "title": f"Order{uuid.uuid4().hex[:6]}",
+             "type": "object", "properties": {"id": {"type": "integer"}, "note": {"type": "string"}},
+             "required": ["id"]}
+    context = SerializationContext(subject.removesuffix("-value"), MessageField.VALUE)
+    payload = JSONSerializer(json.dumps(order), client)({"id": 3, "note": "x"}, context)
+    schema_id = int.from_bytes(payload[1:5], "big")
+    fresh = SchemaRegistryClient({"url": client._rest_client.base_urls[0]})
+    stored = fresh.get_schema(schema_id)
+    assert stored.schema_type == "JSON" and json.loads(stored.schema_str) == order
+    assert JSONDeserializer(None, schema_registry_client=fresh)(payload, context) == {"id": 3, "note": "x"}
+    with pytest.raises(SchemaRegistryError) as invalid:
+        fresh.register_schema(subject, Schema(json.dumps({"type": 12}), "JSON"))
+    assert invalid.value.error_code == 42201
+    # BACKWARD: the new schema must read what the old one wrote; a new required property breaks that
+    stricter = {**order, "properties": {**order["properties"], "qty": {"type": "integer"}},
+                "required": ["id", "qty"]}
+    assert fresh.test_compatibility(subject, Schema(json.dumps(stricter), "JSON")) is False
+    with pytest.raises(SchemaRegistryError) as refused:
+        fresh.register_schema(subject, Schema(json.dumps(stricter), "JSON"))
+    assert refused.value.error_code == 409
