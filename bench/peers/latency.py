@@ -36,7 +36,7 @@ log = logging.getLogger("bench.peers")
 TICK_S = 0.001
 WARMUP_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 30.0
-COLUMNS = ("embedded", "streamkit", "raw", "faust", "quix")
+COLUMNS = ("embedded", "streamkit", "streamkit-rdkafka", "raw", "faust", "quix")
 FETCH_MAX_WAIT_MS = 5
 """Every framework's consumer (and the output reader) lets the broker hold an empty fetch
 this long at most. Tansu answers a fetch at the end of the log only when this expires,
@@ -163,8 +163,8 @@ def measure_kafka(column: str, bootstrap: str, rate: int, seconds: float, verbos
     source, sink = f"{run_id}-events", f"{run_id}-out"
     state_dir = tempfile.mkdtemp(prefix=f"sk-peers-latency-{column}-")
     asyncio.run(create_topics(bootstrap, [source, sink]))
-    spec = {"framework": column, "scenario": "S1", "bootstrap": bootstrap, "app_id": run_id, "source": source,
-            "sink": sink, "table": None, "events": 1 << 62, "state_dir": state_dir, "caching": False,
+    spec = {"framework": module_of(column), "scenario": "S1", "bootstrap": bootstrap, "app_id": run_id,
+            "source": source, "sink": sink, "table": None, "events": 1 << 62, "state_dir": state_dir, "caching": False,
             "commit_interval_s": COMMIT_INTERVAL_S, "fetch_max_wait_ms": FETCH_MAX_WAIT_MS, "verbose": verbose}
     env = child_env()
     child = subprocess.Popen([sys.executable, "-m", "bench.peers.child", json.dumps(spec)], env=env,
@@ -244,38 +244,57 @@ def embedded_worker(directory: str) -> None:
     transport.close()
 
 
+def module_of(column: str) -> str:
+    """The ``bench.peers.frameworks`` module of a latency column."""
+    return column.replace("-", "_")
+
+
 def measure_all(patterns: Sequence[str], bootstrap: Optional[str], rate: int = 10_000, seconds: float = 30.0,
-                verbose: bool = False) -> Dict[str, dict]:
-    """Latency of every column matching ``patterns`` (a fresh Tansu per Kafka column unless
-    ``bootstrap``); a column that fails gets the reason instead of figures."""
+                verbose: bool = False, reps: int = 1) -> Dict[str, dict]:
+    """Latency of every column matching ``patterns`` (a fresh Tansu per Kafka column and rep
+    unless ``bootstrap``); reps are interleaved across the columns (rep 1 of each, then rep
+    2 ...) so a slow stretch of the machine does not land on one column; each column reports
+    its median rep (by p50) with every rep's p50/p99 in ``reps``. A column that fails gets
+    the reason instead of figures."""
     import fnmatch
     import importlib
 
     from bench.kafka_throughput import open_broker
 
+    columns = [c for c in COLUMNS if any(fnmatch.fnmatch(c, p) for p in patterns)]
+    runs: Dict[str, List[dict]] = {c: [] for c in columns}
     out: Dict[str, dict] = {}
-    for column in COLUMNS:
-        if not any(fnmatch.fnmatch(column, p) for p in patterns):
+    for column in columns:
+        if column != "embedded":
+            try:
+                importlib.import_module(f"bench.peers.frameworks.{module_of(column)}")
+            except ImportError as exc:
+                out[column] = {"skipped": f"skipped: {exc.name} is not installed"}
+    for rep in range(reps):
+        for column in columns:
+            if column in out:
+                continue
+            try:
+                if column == "embedded":
+                    figures = measure_embedded(rate, seconds, verbose)
+                else:
+                    broker = open_broker(bootstrap)
+                    try:
+                        figures = measure_kafka(column, broker.bootstrap, rate, seconds, verbose)
+                    finally:
+                        broker.stop()
+                runs[column].append(figures)
+                log.info("latency %s (rep %d): p50 %.1f ms, p99 %.1f ms, max %.1f ms", column, rep + 1,
+                         figures["p50_ms"], figures["p99_ms"], figures["max_ms"])
+            except Exception as exc:  # noqa: BLE001 - reported in the table instead of a figure
+                log.error("latency %s failed: %s", column, exc)
+                out[column] = {"skipped": f"failed: {exc}"}
+    for column, figures in runs.items():
+        if column in out or not figures:
             continue
-        try:
-            if column == "embedded":
-                out[column] = measure_embedded(rate, seconds, verbose)
-            else:
-                try:
-                    importlib.import_module(f"bench.peers.frameworks.{column}")
-                except ImportError as exc:
-                    out[column] = {"skipped": f"skipped: {exc.name} is not installed"}
-                    continue
-                broker = open_broker(bootstrap)
-                try:
-                    out[column] = measure_kafka(column, broker.bootstrap, rate, seconds, verbose)
-                finally:
-                    broker.stop()
-            log.info("latency %s: p50 %.1f ms, p99 %.1f ms, max %.1f ms", column, out[column]["p50_ms"],
-                     out[column]["p99_ms"], out[column]["max_ms"])
-        except Exception as exc:  # noqa: BLE001 - reported in the table instead of a figure
-            log.error("latency %s failed: %s", column, exc)
-            out[column] = {"skipped": f"failed: {exc}"}
+        ordered = sorted(figures, key=lambda f: f["p50_ms"])
+        out[column] = {**ordered[len(ordered) // 2],
+                       "reps": [{k: f[k] for k in ("p50_ms", "p99_ms", "max_ms", "falls_behind")} for f in figures]}
     return out
 
 
@@ -292,12 +311,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--rate", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--only", default="*", help="columns: " + ", ".join(COLUMNS))
+    parser.add_argument("--reps", type=int, default=1, help="repetitions, interleaved across the columns")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     for column, figures in measure_all(args.only.split(","), args.broker, args.rate, args.seconds,
-                                       args.verbose).items():
+                                       args.verbose, args.reps).items():
         print(column, json.dumps(figures))
 
 

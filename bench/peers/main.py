@@ -14,8 +14,8 @@ extra); ``--broker HOST:PORT`` uses a running Kafka instead (transactions then e
                   [--reps 3] [--only FRAMEWORK:SCENARIO[,...]]
 
 ``--only`` takes ``streamkit:S2``, ``quix:*``, ``*:S1``, ``latency``, ``latency:embedded``,
-``restore``; frameworks: streamkit, streamkit-cached, embedded, embedded-cached, raw, faust,
-quix. Results go to bench/results/peers.json and bench/results/peers.png.
+``restore``; frameworks: streamkit, streamkit-rdkafka (librdkafka client), streamkit-cached, embedded,
+embedded-cached, raw, faust, quix. Results go to bench/results/peers.json and bench/results/peers.png.
 """
 from __future__ import annotations
 
@@ -38,12 +38,14 @@ log = logging.getLogger("bench.peers")
 
 RESULTS = os.path.join(ROOT, "bench", "results", "peers.json")
 CHART = os.path.join(ROOT, "bench", "results", "peers.png")
-KAFKA_COLUMNS = ("raw", "streamkit", "streamkit-cached", "faust", "quix")
+KAFKA_COLUMNS = ("raw", "streamkit", "streamkit-rdkafka", "streamkit-cached", "faust", "quix")
 EMBEDDED_COLUMNS = ("embedded", "embedded-cached")
 EXTRAS = ("latency", "restore")
 
 
 def framework_of(column: str) -> str:
+    if column == "streamkit-rdkafka":
+        return "streamkit_rdkafka"  # streamkit with kafka_client="librdkafka"
     return "streamkit" if column.startswith("streamkit") else column
 
 
@@ -73,7 +75,7 @@ def extra_selected(only: Sequence[str], name: str) -> List[str]:
 
 def versions() -> Dict[str, str]:
     out = {"python": platform.python_version()}
-    for column in ("streamkit", "raw", "faust", "quix"):
+    for column in ("streamkit", "streamkit-rdkafka", "raw", "faust", "quix"):
         module = load_framework(column)
         out[column] = module if isinstance(module, str) else module.version()
     return out
@@ -177,6 +179,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="what to run (default: everything)")
     parser.add_argument("--latency-seconds", type=float, default=30.0)
     parser.add_argument("--latency-rate", type=int, default=10_000, help="offered load, events/s")
+    parser.add_argument("--latency-reps", type=int, default=1,
+                        help="latency repetitions, interleaved across the columns; the median rep is reported")
     parser.add_argument("--restore-records", type=int, default=1_000_000)
     parser.add_argument("--restore-reps", type=int, default=1,
                         help="restore repetitions (default 1: faust takes minutes per restore)")
@@ -196,7 +200,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from bench.peers import latency as latency_bench
 
         latency = latency_bench.measure_all(extra_selected(only, "latency"), args.broker,
-                                            rate=args.latency_rate, seconds=args.latency_seconds)
+                                            rate=args.latency_rate, seconds=args.latency_seconds,
+                                            reps=args.latency_reps)
     restore: Dict[str, dict] = {}
     if extra_selected(only, "restore"):
         restore = run_restore(args, extra_selected(only, "restore"))

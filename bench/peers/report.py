@@ -8,8 +8,10 @@ from typing import Dict, List, Optional, Tuple
 
 from bench.peers.workload import SCENARIOS
 
-COLUMNS = ("streamkit", "streamkit-cached", "embedded", "embedded-cached", "raw", "faust", "quix")
-LABELS = {"streamkit": "streamkit", "streamkit-cached": "streamkit (caching)", "embedded": "streamkit embedded",
+COLUMNS = ("streamkit", "streamkit-rdkafka", "streamkit-cached", "embedded", "embedded-cached", "raw", "faust",
+           "quix")
+LABELS = {"streamkit": "streamkit", "streamkit-rdkafka": "streamkit librdkafka",
+          "streamkit-cached": "streamkit (caching)", "embedded": "streamkit embedded",
           "embedded-cached": "embedded (caching)", "raw": "aiokafka limit", "faust": "faust-streaming",
           "quix": "Quix Streams"}
 Results = Dict[str, Dict[str, dict]]  # scenario -> column -> figures or {"skipped": reason}
@@ -83,6 +85,7 @@ def print_table(header: str, results: Results, latency: Dict[str, dict], restore
     for name in SCENARIOS:
         parts = []
         for a, b in (("streamkit", "raw"), ("streamkit", "faust"), ("streamkit", "quix"),
+                     ("streamkit-rdkafka", "streamkit"), ("streamkit-rdkafka", "quix"),
                      ("streamkit-cached", "quix"), ("embedded", "streamkit")):
             x, y = rate(results, name, a), rate(results, name, b)
             if x is not None and y:
@@ -98,7 +101,9 @@ def print_table(header: str, results: Results, latency: Dict[str, dict], restore
                 print(f"    {LABELS.get(column, column):<22} p50 {figures['p50_ms']:.1f} ms  p99 {figures['p99_ms']:.1f} ms"
                       f"  max {figures['max_ms']:.1f} ms  ({figures['events']:,} events at "
                       f"{figures['offered_per_second']:,} events/s)"
-                      + ("  FALLS BEHIND: slower than the offered load" if figures.get("falls_behind") else ""))
+                      + ("  FALLS BEHIND: slower than the offered load" if figures.get("falls_behind") else "")
+                      + ("  reps p50/p99: " + ", ".join(f"{r['p50_ms']:.1f}/{r['p99_ms']:.1f}" for r in figures["reps"])
+                         if len(figures.get("reps", ())) > 1 else ""))
     if restore:
         print("\n  restore of a 1,000,000-record changelog into RocksDB:")
         for column, figures in restore.items():

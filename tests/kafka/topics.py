@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import uuid
 from pathlib import Path
 from typing import Any, Dict, Iterator, Mapping, Optional
@@ -41,7 +42,11 @@ def kept(config: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
 @contextlib.contextmanager
 def kafka_transport(broker: KafkaTestBroker, **settings: Any) -> Iterator[KafkaTransport]:
     """streamkit's Kafka transport for ``broker`` (its TLS settings included; the process
-    environment's ``STREAMKIT_KAFKA_*`` variables are ignored)."""
+    environment's ``STREAMKIT_KAFKA_*`` variables are ignored, except ``STREAMKIT_KAFKA_CLIENT``,
+    which runs these tests with the librdkafka client)."""
+    client = os.environ.get("STREAMKIT_KAFKA_CLIENT", "").strip()
+    if client:
+        settings = {"kafka_client": client, **settings}
     if broker.tls:
         settings = {"security_protocol": "SSL", "ssl_cafile": broker.cafile, **settings}
     config = KafkaClientConfig.from_sources(broker.url, app_settings=settings, environ={})

@@ -1,4 +1,5 @@
-"""Kafka client configuration: one validated, typed settings object for aiokafka.
+"""Kafka client configuration: one validated, typed settings object for the Kafka clients
+(aiokafka, the default, or librdkafka through confluent-kafka: ``kafka_client``).
 
 Settings are merged from three sources, lowest precedence first:
 
@@ -42,6 +43,9 @@ TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+KAFKA_CLIENTS = ("aiokafka", "librdkafka")
+LIBRDKAFKA_EXTRA = "librdkafka"
+"""The setup.cfg extra that installs confluent-kafka (librdkafka)."""
 
 _SASL_KEYS = ("sasl_mechanism", "sasl_username", "sasl_password")
 # ssl_check_hostname is left out: it has a default, so it is always "set".
@@ -108,7 +112,11 @@ _SPECS: dict[str, _Spec] = {
     "replication_factor": _Spec("int", nullable=True, minimum=1),
     "connect_timeout_s": _Spec("float", minimum=0),
     "transaction_timeout_ms": _Spec("int", minimum=1),
+    "kafka_client": _Spec("enum", choices=KAFKA_CLIENTS),
 }
+_LOWERCASE_ENUMS = ("compression_type", "kafka_client")
+_ENV_NAMES = {"kafka_client": "STREAMKIT_KAFKA_CLIENT"}
+"""Environment variables whose name is not ``STREAMKIT_KAFKA_<KEY>`` (no doubled KAFKA_)."""
 KEYS: tuple[str, ...] = tuple(_SPECS)
 
 # Where each setting came from, for error messages; set by from_sources while
@@ -260,6 +268,13 @@ class KafkaClientConfig:
     default is 60000 too). Only transactional producers use it. It must be larger than the
     commit interval (:meth:`check_commit_interval`), and at most the broker's
     ``transaction.max.timeout.ms`` (900000 by default), or the broker refuses the producer."""
+    kafka_client: str = "aiokafka"
+    """Which client library produces and fetches: ``aiokafka`` (pure Python on asyncio, the
+    default) or ``librdkafka`` (confluent-kafka, the ``librdkafka`` extra: fetching and
+    producing run in librdkafka's own threads, which cuts end-to-end latency). Group
+    membership (streamkit's task assignor) and offset commits of the app's group stay on
+    aiokafka either way; exactly_once is not supported with librdkafka yet (ConfigError
+    when a transactional producer is asked for). Environment: ``STREAMKIT_KAFKA_CLIENT``."""
 
     def __post_init__(self) -> None:
         origins = _ORIGINS.get() or {}
@@ -316,12 +331,15 @@ class KafkaClientConfig:
         for name in sorted(env):
             if not name.startswith(ENV_PREFIX):
                 continue
-            key = name[len(ENV_PREFIX):].lower()
+            key = _ENV_KEYS.get(name, name[len(ENV_PREFIX):].lower())
             if key not in _SPECS or name != _env_name(key):
+                names = [_env_name(k) for k in KEYS]
+                hint = (f" (did you mean {name.upper()!r}?)" if name.upper() in names
+                        else _did_you_mean(name, names))
                 raise ConfigError(
-                    f"environment variable {name} is not a Kafka setting"
-                    f"{_did_you_mean(name, [_env_name(k) for k in KEYS])}; valid: "
-                    f"{ENV_PREFIX}<KEY> with KEY one of {', '.join(k.upper() for k in KEYS)}")
+                    f"environment variable {name} is not a Kafka setting{hint}; valid: "
+                    f"{ENV_PREFIX}<KEY> with KEY one of {', '.join(k.upper() for k in KEYS if k not in _ENV_NAMES)}"
+                    f", or {', '.join(_ENV_NAMES.values())}")
             origins[key] = f"environment variable {name}"
             values[key] = _coerce_env(key, _SPECS[key], env[name], origins[key])
 
@@ -390,6 +408,47 @@ class KafkaClientConfig:
         accepted = _admin_parameters()
         return {k: v for k, v in self.common_kwargs().items() if accepted is None or k in accepted}
 
+    # ------------------------------------------------------------ librdkafka settings
+
+    def librdkafka_common(self) -> dict[str, Any]:
+        """librdkafka properties every confluent-kafka client gets (reveals the passwords)."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": ",".join(self.bootstrap_servers),
+            "client.id": self.client_id,
+            "security.protocol": self.security_protocol.lower(),
+            "socket.timeout.ms": self.request_timeout_ms,
+        }
+        if self.security_protocol in TLS_PROTOCOLS:
+            conf["ssl.endpoint.identification.algorithm"] = "https" if self.ssl_check_hostname else "none"
+            for key, prop in (("ssl_cafile", "ssl.ca.location"), ("ssl_certfile", "ssl.certificate.location"),
+                              ("ssl_keyfile", "ssl.key.location")):
+                if getattr(self, key) is not None:
+                    conf[prop] = getattr(self, key)
+            if self.ssl_password is not None:
+                conf["ssl.key.password"] = self.ssl_password.reveal()
+        if self.security_protocol in SASL_PROTOCOLS:
+            assert self.sasl_password is not None  # guaranteed by validation
+            conf.update({"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.sasl_username,
+                         "sasl.password": self.sasl_password.reveal()})
+        return conf
+
+    def librdkafka_producer(self) -> dict[str, Any]:
+        """librdkafka properties of a (non-transactional) producer: acks=all, idempotent (so
+        retries never reorder or duplicate a partition's records), linger and batch size
+        as for aiokafka."""
+        return {**self.librdkafka_common(), "acks": "all", "enable.idempotence": True,
+                "linger.ms": self.linger_ms, "batch.size": self.max_batch_size,
+                "compression.type": self.compression_type, "request.timeout.ms": self.request_timeout_ms}
+
+    def librdkafka_consumer(self, group: str, read_committed: bool) -> dict[str, Any]:
+        """librdkafka properties of a consumer of manually assigned partitions: it never
+        joins ``group`` (no subscribe()), commits only when told, and reports a position
+        outside the log as an error instead of resetting it (the caller accounts the loss)."""
+        return {**self.librdkafka_common(), "group.id": group, "enable.auto.commit": False,
+                "enable.auto.offset.store": False, "auto.offset.reset": "error",
+                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+                "fetch.wait.max.ms": self.fetch_max_wait_ms, "enable.partition.eof": False}
+
     # ------------------------------------------------------------ cross-checks
 
     def check_commit_interval(self, commit_interval_ms: float,
@@ -441,7 +500,10 @@ class KafkaClientConfig:
 # ---------------------------------------------------------------- validation helpers
 
 def _env_name(key: str) -> str:
-    return ENV_PREFIX + key.upper()
+    return _ENV_NAMES.get(key) or ENV_PREFIX + key.upper()
+
+
+_ENV_KEYS = {name: key for key, name in _ENV_NAMES.items()}
 
 
 def _did_you_mean(name: str, candidates: Any) -> str:
@@ -547,7 +609,7 @@ def _check_value(key: str, spec: _Spec, value: Any, where: str) -> Any:
     if not isinstance(value, str) or not value.strip():
         raise bad()
     if kind == "enum":
-        normalised = value.strip().lower() if key == "compression_type" else value.strip().upper()
+        normalised = value.strip().lower() if key in _LOWERCASE_ENUMS else value.strip().upper()
         if normalised not in spec.choices:
             raise bad()
         return normalised
@@ -615,6 +677,23 @@ def _check_consistency(cfg: KafkaClientConfig, origin: Callable[[str], str], fro
             f"{origin('session_timeout_ms')}); a third of it is usual")
 
     _check_codec(cfg.compression_type, origin("compression_type"))
+    if cfg.kafka_client == "librdkafka":
+        _check_librdkafka(origin("kafka_client"))
+
+
+def _check_librdkafka(where: str) -> None:
+    """confluent-kafka must be installed for kafka_client=librdkafka (found, not imported:
+    importing it is left to the clients, so validating a config stays light)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("confluent_kafka") is not None
+    except (ImportError, ValueError):  # a broken or blocked installation
+        found = False
+    if not found:
+        raise ConfigError(f"{where}: kafka_client 'librdkafka' needs the confluent-kafka package, which is "
+                          f"not installed: pip install 'streamkit[{LIBRDKAFKA_EXTRA}]' (or confluent-kafka), "
+                          "or use kafka_client 'aiokafka' (the default)")
 
 
 def _check_codec(name: str, where: str) -> None:
