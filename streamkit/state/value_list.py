@@ -43,5 +43,9 @@ class ValueListSerde(Serde[List[Any]]):
             position += length
         return out
 
+    def for_topic(self, topic: str, is_key: bool, *, broker: Optional[str] = None) -> Serde[List[Any]]:
+        inner = self.inner.for_topic(topic, is_key, broker=broker)
+        return self if inner is self.inner else ValueListSerde(inner)
+
     def __repr__(self) -> str:
         return f"ValueListSerde({self.inner!r})"

@@ -10,7 +10,8 @@ for each place it is used (:meth:`streamkit.serdes.Serde.for_topic`):
 - stores: their changelog topic ``<app-id>-<store>-changelog`` (changelogged or not,
   as Kafka Streams names a store's serde topic);
 - other nodes' serdes (joins, aggregations: they encode store contents): the
-  changelog topic of the node's first store, keys as keys.
+  changelog topic of the store they encode (``left_*``/``right_*``/``other_*`` fields
+  that of the matching side's store, others the node's first store), keys as keys.
 
 Plain serdes return themselves, so a topology without registry serdes comes back
 unchanged (the same object).
@@ -51,11 +52,11 @@ class _Binder:
                                        value_serde=self.serde(node.value_serde, node.topic, False))
         if not node.stores:
             return node
-        topic = f"{self.app_id}-{node.stores[0]}-changelog"
         changes = {}
         for f in dataclasses.fields(node):
             value = getattr(node, f.name)
             if isinstance(value, Serde):
+                topic = f"{self.app_id}-{_store_of(node, f.name)}-changelog"
                 bound = self.serde(value, topic, "key" in f.name)
                 if bound is not value:
                     changes[f.name] = bound
@@ -73,6 +74,15 @@ class _Binder:
         if key is spec.key_serde and value is spec.value_serde:
             return spec
         return dataclasses.replace(spec, key_serde=key, value_serde=value)
+
+
+def _store_of(node: Node, field_name: str) -> str:
+    """The store whose contents a node's serde field encodes: ``left_*``/``right_*`` fields
+    that of the node's ``left_store``/``right_store``, ``other_*`` the right side's (a
+    stream-stream join's second input), anything else the node's first store."""
+    side = "right" if field_name.startswith("other_") else field_name.split("_", 1)[0]
+    store = getattr(node, f"{side}_store", None) if side in ("left", "right") else None
+    return store if isinstance(store, str) and store in node.stores else node.stores[0]
 
 
 def bind_serdes(topology: Topology, broker: Optional[str]) -> Topology:

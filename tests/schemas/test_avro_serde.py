@@ -211,3 +211,32 @@ def test_schemas_with_references_are_resolved_through_the_registry(registry: Sch
     value = {"id": "p1", "price": {"currency": "EUR", "cents": 250}}
     data = writer.serialize(value)
     assert Avro(registry=registry).for_topic("priced", False).deserialize(data) == value
+
+
+@pytest.mark.parametrize("how", ["join", "outer_join"])
+def test_a_stream_stream_join_buffers_each_side_under_its_own_stores_subject(registry: SchemaRegistry,
+                                                                             how: str) -> None:
+    payment = {"type": "record", "name": "Payment", "namespace": "shop",
+               "fields": [{"name": "amount", "type": "int"}]}
+    orders, payments = Avro(ORDER_V1, registry=registry), Avro(payment, registry=registry)
+    app = sk.App("avro-join")
+    app.topic("orders", value_serde=orders)
+    app.topic("payments", value_serde=payments)
+
+    @app.topology
+    def build(b):
+        joined = getattr(b.stream("orders"), how)
+        joined(b.stream("payments"), lambda o, p: {"id": o and o["id"], "paid": p and p["amount"]},
+                                sk.JoinWindows.of(timedelta(seconds=10)), name="paid",
+                                value_serde=orders, other_value_serde=payments).to("paid-orders")
+
+    driver = TopologyTestDriver(app)
+    driver.input_topic("orders").pipe_input("k1", {"id": "o1", "qty": 2}, timestamp=1_000)
+    driver.input_topic("payments").pipe_input("k1", {"amount": 40}, timestamp=2_000)
+    driver.input_topic("payments").pipe_input("k2", {"amount": 7}, timestamp=3_000)  # no order: unmatched
+    assert driver.output_topic("paid-orders").read_values()[0] == {"id": "o1", "paid": 40}
+    subjects = registry.subjects()
+    buffers = [s for s in subjects if s.startswith("avro-join-") and s.endswith("-changelog-value")]
+    assert len(buffers) == 2  # one subject per join buffer: two record types never share a subject
+    assert {registry.latest_version(s).schema.schema_str.count("Payment") for s in buffers} == {0, 1}
+    assert {"orders-value", "payments-value"} <= set(subjects)
