@@ -53,10 +53,11 @@ Reader = Callable[[bytes, int], Any]
 _ID = struct.Struct(">I")
 
 UNKNOWN_ID_RETRY_S = 1.0
-"""A schema id the registry did not know is not asked again for this long: a flood of
-records with a foreign id costs one round trip per second, not one per record (and an
-id registered meanwhile, e.g. through another registry instance still catching up, is
-found on the next ask)."""
+"""A schema id the registry did not know, or a write id it refused (incompatible,
+not registered, unreachable), is not asked again for this long: a flood of records
+with a foreign id, or of values for a refused schema, costs one round trip per second,
+not one per record (and what was fixed meanwhile, e.g. an id known to another registry
+instance still catching up, is found on the next ask)."""
 
 
 class RegistrySerde(Serde[Any]):
@@ -83,6 +84,8 @@ class RegistrySerde(Serde[Any]):
         self._readers: Dict[int, Reader] = {}
         self._unknown: Dict[int, float] = {}
         """Ids the registry did not know, with when it was asked (asked again after UNKNOWN_ID_RETRY_S)."""
+        self._write_failure: Optional[Tuple[float, str]] = None
+        """When the registry last refused this serde a write id, and why (asked again after UNKNOWN_ID_RETRY_S)."""
 
     # -- what subclasses provide ----------------------------------------------------
 
@@ -114,6 +117,7 @@ class RegistrySerde(Serde[Any]):
         bound._write_id = None
         bound._readers = {}
         bound._unknown = {}
+        bound._write_failure = None
         return bound
 
     def client(self) -> CachedRegistry:
@@ -186,6 +190,9 @@ class RegistrySerde(Serde[Any]):
         3: an encoder for that schema, kept for every later write."""
         client = self.client()
         subject = self.subject()
+        failed = self._write_failure
+        if failed is not None and time.monotonic() - failed[0] < UNKNOWN_ID_RETRY_S:
+            raise SerializationError(f"{failed[1]} (not asked again within {UNKNOWN_ID_RETRY_S:g} s)")
         schema: Optional[Schema] = None
         try:
             if not self.use_latest_version:
@@ -203,9 +210,10 @@ class RegistrySerde(Serde[Any]):
         except RegistryError as exc:
             hint = ("" if self.auto_register or self.use_latest_version else
                     "; register the schema first or set auto_register=True")
-            raise SerializationError(
-                f"{self._name()} (subject '{subject}', registry {describe_registry(self.registry)}): "
-                f"{type(exc).__name__}: {exc.message}{hint}") from None
+            message = (f"{self._name()} (subject '{subject}', registry {describe_registry(self.registry)}): "
+                       f"{type(exc).__name__}: {exc.message}{hint}")
+            self._write_failure = (time.monotonic(), message)
+            raise SerializationError(message) from None
         if schema.schema_type is not self.schema_type:
             raise SerializationError(f"{self._where(schema_id)}: subject '{subject}' holds a "
                                      f"{schema.schema_type.value} schema, not {self.schema_type.value}")
@@ -281,6 +289,6 @@ class RegistrySerde(Serde[Any]):
     def __getstate__(self) -> Dict[str, Any]:
         # Pickled (e.g. to Spark executors) without caches or the client: they rebuild on use.
         state = dict(vars(self))
-        state.update(_client=None, _writer=None, _write_id=None, _readers={}, _unknown={})
+        state.update(_client=None, _writer=None, _write_id=None, _readers={}, _unknown={}, _write_failure=None)
         return state
 

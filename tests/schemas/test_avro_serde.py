@@ -3,6 +3,7 @@ evolution on read, typed records, caching, binding to an app's topics."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from streamkit.errors import ConfigError, SerializationError
 from streamkit.schemas.model import Schema
 from streamkit.schemas.registry.service import SchemaRegistry
 from streamkit.serdes import Avro
+from streamkit.serdes.registry_serde import UNKNOWN_ID_RETRY_S
 from streamkit.testing import TopologyTestDriver
 
 ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop",
@@ -51,7 +53,14 @@ def test_without_auto_register_the_schema_must_be_registered(registry: SchemaReg
     with pytest.raises(SerializationError, match=r"subject 'orders-value'.*register the schema first"):
         serde.serialize({"id": "o1", "qty": 1})
     assert registry.subjects() == []
+    client = serde.client()
+    asked = client.round_trips
+    for _ in range(50):  # a refusal is remembered for a second, not asked again per record
+        with pytest.raises(SerializationError, match="not asked again within 1 s"):
+            serde.serialize({"id": "o1", "qty": 1})
+    assert client.round_trips == asked
     schema_id = registry.register("orders-value", Schema(json.dumps(ORDER_V1)))
+    time.sleep(UNKNOWN_ID_RETRY_S)
     data = serde.serialize({"id": "o1", "qty": 1})
     assert data[1:5] == schema_id.to_bytes(4, "big")
 
