@@ -162,7 +162,14 @@ def test_three_workers_with_kills_exactly_once(tmp_path: Path) -> None:
         started = time.monotonic()
         while kills + crash_deaths < MIN_KILLS and rounds < 40 and time.monotonic() - started < 120:
             rounds += 1
-            time.sleep(rng.uniform(0.4, 1.4))
+            # Kill while tasks run: wait until a worker holds tasks, then a short random while.
+            # (A fixed 0.4-1.4 s pause let 100,000 events finish before the first kill.)
+            holding_deadline = time.monotonic() + 30
+            while time.monotonic() < holding_deadline and not any(
+                    p is not None and p.poll() is None and TASK_STARTED.search(owner_log[p.pid].read_text())
+                    for p in slots):
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.05, 0.5))
             alive = [p for p in slots if p is not None and p.poll() is None]
             victim = None
             holders = [p for p in alive if TASK_STARTED.search(owner_log[p.pid].read_text())]
