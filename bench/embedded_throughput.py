@@ -6,6 +6,9 @@ consumed and committed, verifies the output against a result computed directly
 from the input, and prints events/s (from worker start to its last commit):
 
   filter-map          filter(amount > 10) → map_values → to(topic)
+  filter-map-avro     filter-map with Avro values in and out (sk.serdes.Avro, Confluent's wire format,
+                      the embedded registry on the benchmark's broker): the same events as Avro
+                      records of the same shape; every output decoded and checked against the input
   count               group_by_key().count() over 1,000 pages, in-memory store, every update emitted
   count-memory-100k   count over 100,000 keys, in-memory store (like for like with the RocksDB runs)
   count-rocksdb       the same over 100,000 keys on RocksDB, every update emitted (caching off)
@@ -24,7 +27,7 @@ from the input, and prints events/s (from worker start to its last commit):
                       update emitted (each event updates every window it falls in: ~4 per event here)
   session-rocksdb-eos session-rocksdb under exactly_once
 
-Usage: python -m bench embedded [--events 1000000] [--reps 1] [--only SCENARIO]
+Usage: python -m bench embedded [--events 1000000] [--reps 1] [--only SCENARIO] [--interleave]
 """
 from __future__ import annotations
 
@@ -83,6 +86,85 @@ def filter_map_app() -> sk.App:
            .map_values(lambda v: {"user": v["user"], "page": v["page"], "cents": v["amount"] * 100})
            .to("filtered"))
     return app
+
+
+PAGE_VIEW_AVRO = {
+    "type": "record", "name": "PageView", "namespace": "bench",
+    "fields": [{"name": "user", "type": "string"}, {"name": "page", "type": "string"},
+               {"name": "ts", "type": "long"}, {"name": "amount", "type": "int"}]}
+"""The JSON events' shape (:func:`make_events`) as an Avro record."""
+FILTERED_VIEW_AVRO = {
+    "type": "record", "name": "FilteredView", "namespace": "bench",
+    "fields": [{"name": "user", "type": "string"}, {"name": "page", "type": "string"},
+               {"name": "cents", "type": "int"}]}
+"""filter-map's output values as an Avro record."""
+
+
+def filter_map_avro_app() -> sk.App:
+    """filter-map with Avro values: read ``PageView`` records, write ``FilteredView`` ones
+    (keys stay plain strings), schemas in the embedded registry on the worker's broker."""
+    app = sk.App("bench-filter-map-avro")
+    text = sk.serdes.String()
+    events = app.topic("events", key_serde=text, value_serde=sk.serdes.Avro(PAGE_VIEW_AVRO, registry="embedded"),
+                       partitions=PARTITIONS)
+    filtered = sk.serdes.Avro(FILTERED_VIEW_AVRO, registry="embedded")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        (b.stream(events)
+           .filter(lambda k, v: v["amount"] > 10)
+           .map_values(lambda v: {"user": v["user"], "page": v["page"], "cents": v["amount"] * 100})
+           .to("filtered", key_serde=text, value_serde=filtered))
+    return app
+
+
+def encode_avro_events(broker: str, events: List[Tuple[bytes, bytes, int]]) -> List[Tuple[bytes, bytes, int]]:
+    """The JSON events with their values re-encoded as ``PageView`` Avro records in
+    Confluent's wire format (the schema registered under ``events-value`` in the embedded
+    registry on ``broker``, where the worker finds it)."""
+    serde = sk.serdes.Avro(PAGE_VIEW_AVRO, registry="embedded").for_topic("events", False, broker=broker)
+    serialize, loads = serde.serialize, orjson.loads
+    return [(key, serialize(loads(value)), ts) for key, value, ts in events]
+
+
+def expected_filter_map_avro(events) -> Counter:
+    """Every output filter-map must write, as (key, user, page, cents), with its multiplicity."""
+    out: Counter = Counter()
+    for key, value, _ts in events:
+        event = orjson.loads(value)
+        if event["amount"] > 10:
+            out[(key.decode(), event["user"], event["page"], event["amount"] * 100)] += 1
+    return out
+
+
+def verify_filter_map_avro(transport: EmbeddedTransport, expected: Counter) -> None:
+    """Every output is ``[0][id][FilteredView]`` with the id the registry holds for
+    ``filtered-value`` (that very schema), and the outputs are exactly the expected ones."""
+    import io
+
+    from fastavro import parse_schema, schemaless_reader
+
+    from streamkit.schemas.registry.service import SchemaRegistry
+
+    registry = SchemaRegistry.on_broker(transport.url)
+    try:
+        registered = registry.latest_version("filtered-value")
+    finally:
+        registry.close()
+    assert json.loads(registered.schema.schema_str) == FILTERED_VIEW_AVRO, "filtered-value holds another schema"
+    header = b"\x00" + registered.schema_id.to_bytes(4, "big")
+    parsed = parse_schema(FILTERED_VIEW_AVRO)
+    got: Counter = Counter()
+    for key, value in read_topic(transport, "filtered"):
+        assert value[:5] == header, f"not written with schema id {registered.schema_id}: {value[:8]!r}"
+        buffer = io.BytesIO(value)
+        buffer.seek(5)
+        view = schemaless_reader(buffer, parsed)
+        assert buffer.tell() == len(value), "bytes left over after the Avro value"
+        got[(key.decode(), view["user"], view["page"], view["cents"])] += 1
+    assert sum(got.values()) == sum(expected.values()), \
+        f"filter-map-avro wrote {sum(got.values())} records, expected {sum(expected.values())}"
+    assert got == expected, "filter-map-avro's outputs differ from the input's"
 
 
 def count_app(store_backend: str = "memory", guarantee: str = "at_least_once", caching: bool = False) -> sk.App:
@@ -329,10 +411,15 @@ class Scenario(NamedTuple):
     make_events: Callable[..., List[Tuple[bytes, bytes, int]]] = make_events
     stages: int = 1
     """Sub-topologies each event goes through (a repartition adds one): records processed per event."""
+    encode: Optional[Callable[[str, List[Tuple[bytes, bytes, int]]], List[Tuple[bytes, bytes, int]]]] = None
+    """Re-encodes the JSON events before they are produced (given the broker URL); ``expect``
+    still sees the JSON events."""
 
 
 SCENARIOS: Dict[str, Scenario] = {
     "filter-map": Scenario(filter_map_app, expected_filter_map, verify_filter_map, floor="150000"),
+    "filter-map-avro": Scenario(filter_map_avro_app, expected_filter_map_avro, verify_filter_map_avro,
+                                encode=encode_avro_events),
     "count": Scenario(count_app, expected_count, verify_count, floor="100000"),
     "count-memory-100k": Scenario(count_app, expected_count, verify_count, 100_000),
     "count-rocksdb": Scenario(lambda: count_app("rocksdb"), expected_count, verify_count, 100_000),
@@ -448,13 +535,15 @@ def peak_rss_mib() -> float:
 
 def run_once(name: str, n_events: int, http: bool = False) -> dict:
     """Produce, run the worker process, verify its output; return its figures."""
-    make_app, expect, verify, keys, _floor, make, stages = SCENARIOS[name]
+    make_app, expect, verify, keys, _floor, make, stages, encode = SCENARIOS[name]
     directory = tempfile.mkdtemp(prefix=f"sk-bench-{name}-")
     try:
         transport = EmbeddedTransport(directory)
         events = make(n_events, keys=keys)
-        produce(transport, events)
         expected = expect(events)
+        if encode is not None:
+            events = encode(transport.url, events)
+        produce(transport, events)
         del events
         figures = run_worker_process(name, directory, http=http)
         assert figures["records"] == n_events * stages, \
@@ -509,6 +598,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--only", default=None, metavar="NAME[,NAME...]",
                         help=f"run only these: {', '.join([*SCENARIOS, 'restore'])}")
+    parser.add_argument("--interleave", action="store_true",
+                        help="run the reps round-robin over the scenarios (a, b, a, b, ...) rather than each "
+                        "scenario's reps in a row: on a shared machine, load changes hit every scenario alike")
     parser.add_argument("--http", action="store_true", help="run each scenario with the worker's HTTP endpoints "
                         "off and on (scraped every second), reps interleaved, and print what they cost")
     args = parser.parse_args(argv)
@@ -522,15 +614,21 @@ def main(argv: Optional[List[str]] = None) -> None:
     unknown = set(only) - {*SCENARIOS, "restore"}
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(sorted(unknown))}")
-    for name in [n for n in SCENARIOS if n in only]:
-        runs = [run_once(name, args.events) for _ in range(args.reps)]
+    names = [n for n in SCENARIOS if n in only]
+    runs_of: Dict[str, List[dict]] = {name: [] for name in names}
+    if args.interleave:
+        for _ in range(args.reps):
+            for name in names:
+                runs_of[name].append(run_once(name, args.events))
+    for name in names:
+        runs = runs_of[name] or [run_once(name, args.events) for _ in range(args.reps)]
         rates = [r["events_per_second"] for r in runs]
         rate = statistics.median(rates)
         peak = max(r["peak_rss_mib"] for r in runs)
         results[name] = {"events_per_second": rate, "reps": rates, "worker_peak_rss_mib": peak}
         print(f"  {name:<20} {rate:>10,.0f} events/s  worker peak RSS {peak:>5,.0f} MiB  "
               f"{judge(name, results)}  (reps: {', '.join(f'{r:,.0f}' for r in rates)})")
-    for a, b in (("count-rocksdb", "count-memory-100k"), ("count-rocksdb", "count"),
+    for a, b in (("filter-map-avro", "filter-map"), ("count-rocksdb", "count-memory-100k"), ("count-rocksdb", "count"),
                  ("tumbling-repartitioned-skewed", "tumbling-rocksdb")):
         if a in results and b in results:
             print(f"  ratio {a} / {b}: {results[a]['events_per_second'] / results[b]['events_per_second']:.0%}")
