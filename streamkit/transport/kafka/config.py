@@ -433,10 +433,13 @@ class KafkaClientConfig:
         return conf
 
     def librdkafka_producer(self) -> dict[str, Any]:
-        """librdkafka properties of a (non-transactional) producer: acks=all, idempotent (so
-        retries never reorder or duplicate a partition's records), linger and batch size
-        as for aiokafka."""
-        return {**self.librdkafka_common(), "acks": "all", "enable.idempotence": True,
+        """librdkafka properties of a (non-transactional) producer: acks=all, linger and batch
+        size as for aiokafka, one request in flight per broker so that a retry never
+        reorders a partition's records. Not idempotent, as the aiokafka producer: a retry may
+        duplicate records (at_least_once allows it). Idempotence with several requests in
+        flight stalled on Tansu 0.6 (delivery p99 463 ms against 5 ms, 5 s at 9k records/s)."""
+        return {**self.librdkafka_common(), "acks": "all", "enable.idempotence": False,
+                "max.in.flight.requests.per.connection": 1,
                 "linger.ms": self.linger_ms, "batch.size": self.max_batch_size,
                 "compression.type": self.compression_type, "request.timeout.ms": self.request_timeout_ms}
 

@@ -21,6 +21,7 @@ Who does what:
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -65,6 +66,10 @@ class RdKafkaGroupConsumer(Consumer):
         revoked = [tp for tp in self._fetcher.assigned if tp not in owned]
         if revoked:
             self._fetcher.unassign(revoked)
+        if not self._fetcher.assigned:
+            # No task (yet), or all paused: wait as a fetch would, or the worker loop spins.
+            await asyncio.sleep(max_wait)
+            return []
         return await self._fetcher.fetch(max_wait)
 
     def position(self, partition: TopicPartition) -> int:

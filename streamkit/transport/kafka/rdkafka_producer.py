@@ -2,8 +2,8 @@
 
 Threads: ``send`` hands each record to librdkafka's queue (``produce()``, a C call that
 does not block) on the caller's event loop; librdkafka's own threads batch, send and
-retry (idempotent, acks=all: a partition's records stay in order, without duplicates
-from retries). Delivery reports are served by ``poll(0)`` after each ``send`` and, in
+retry (acks=all, one request in flight per broker: a partition's records stay in order;
+not idempotent, as the aiokafka producer, see ``KafkaClientConfig.librdkafka_producer``). Delivery reports are served by ``poll(0)`` after each ``send`` and, in
 :meth:`delivered`, by ``flush()`` on a helper thread, so the loop never blocks.
 
 Semantics as the aiokafka producer's (:mod:`.producer`): ``send`` returns at once;
