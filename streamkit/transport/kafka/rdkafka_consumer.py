@@ -56,8 +56,8 @@ class RdKafkaAssignedConsumer(Consumer):
             raise StreamkitError("this consumer has no group: nothing to commit offsets for")
         notes = metadata or {}
         ck = self._ck
-        handles = [ck.TopicPartition(tp.topic, tp.partition, offset, notes.get(tp) or None)
-                   for tp, offset in offsets.items()]
+        handles = [ck.TopicPartition(tp.topic, tp.partition, offset, notes[tp]) if notes.get(tp)
+                   else ck.TopicPartition(tp.topic, tp.partition, offset) for tp, offset in offsets.items()]
         try:
             await self._fetcher.call(self._fetcher.client().commit, offsets=handles, asynchronous=False)
         except ck.KafkaException as exc:

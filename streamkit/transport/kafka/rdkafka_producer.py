@@ -50,6 +50,8 @@ class RdKafkaProducer(Producer):
         self._kafka = ck.Producer(with_logger({**config.librdkafka_producer(), "on_delivery": self._on_delivery},
                                               "producer"))
         self._thread = HelperThread("rdkafka-producer")
+        self._missing_topic_codes = (ck.KafkaError.UNKNOWN_TOPIC_OR_PART, ck.KafkaError._UNKNOWN_TOPIC,
+                                     ck.KafkaError._UNKNOWN_PARTITION)
         self._ends: Dict[Tuple[str, int], int] = {}
         """Per partition, the offset after its last record acknowledged since the last delivered()."""
         self._error: Optional[Tuple[Any, str, int]] = None
@@ -107,6 +109,9 @@ class RdKafkaProducer(Producer):
         if self._error is not None:
             error, topic, partition = self._error
             self._error = None
+            if error.code() in self._missing_topic_codes:
+                raise StreamkitError(f"producing to {topic}[{partition}] on {self._servers} failed: the topic does "
+                                     f"not exist (deleted while the worker ran?): {describe_error(error)}")
             raise StreamkitError(f"producing to {topic}[{partition}] on {self._servers} failed: "
                                  f"{describe_error(error)}")
         return {TopicPartition(topic, partition): end for (topic, partition), end in ends.items()}
