@@ -86,7 +86,11 @@ def replay(app_spec: str, backend: str, inputs: Tuple[str, ...], output: str, ma
 
 
 def result_topic_spec(app: object, topic: str) -> object:
-    topology = app.build()  # type: ignore[attr-defined]
+    """``topic``'s spec with its serdes bound as the replay binds them (registry serdes
+    need their subject and the app's broker)."""
+    from ..spark.replay import bound_topology
+
+    topology = bound_topology(app)
     spec = topology.topics.get(topic)
     if spec is None:
         raise ConfigError(f"app '{app.id}' writes no topic '{topic}'")  # type: ignore[attr-defined]

@@ -5,7 +5,9 @@ each executor reads its own partitions (nothing passes through the driver):
 
 - :class:`EmbeddedTopic`: a topic of an embedded broker directory (committed records).
 - ``sk.sources.ParquetArchive`` / ``sk.sources.Files``: archives and files. Their keys
-  and values are JSON; they are re-encoded with the replayed topic's serdes.
+  and values are JSON; they are re-encoded with the replayed topic's serdes, bound as
+  the worker binds them (a registry serde registers or looks up its schema under the
+  topic's subject, from the executor, and writes Confluent's wire format).
 - :class:`KafkaTopic`: a Kafka topic through Spark's Kafka source (needs the
   ``spark-sql-kafka`` package on Spark's classpath).
 

@@ -4,7 +4,8 @@ Parquet, under the output directory:
 
 - ``topics/<topic>/``: ``partition, offset, timestamp, key, value, window_start,
   window_end, key_bytes, value_bytes``. ``key``/``value`` are JSON text (a windowed
-  key's record key, with its window in ``window_start``/``window_end``); the
+  key's record key, with its window in ``window_start``/``window_end``; a Protobuf
+  message as its fields, named as in the .proto); the
   ``*_bytes`` columns hold the record exactly as the live run would have sent it.
   ``offset`` numbers each partition in the order the live run would have written it.
 - ``sinks/<node>/``: ``partition, sequence, timestamp, key, value`` (JSON text) of

@@ -16,6 +16,16 @@ Sub-topologies that feed each other in a cycle (a foreign-key join) run together
 in one Spark task. Rows cross between the JVM and Python only as Arrow batches, and
 nothing is collected to the driver except counts. The result gives each stage's
 and each output's wall time.
+
+Serdes are bound to their topics as a worker binds them
+(:func:`~streamkit.topology.serde_binding.bind_serdes`, with the app's broker: see
+:func:`registry_broker`), on the driver and again in each executor process, so Schema
+Registry serdes (Avro, JSON Schema, Protobuf) use the worker's subjects and registry
+and the output topics get the worker's bytes, schema ids included. They travel to
+the executors without their caches and clients and connect on first use: one shared,
+caching client per registry and process, so a schema id costs one registry request
+per executor process, not one per record. A registry the executors cannot reach (an
+in-memory one) is refused before anything runs.
 """
 from __future__ import annotations
 
@@ -29,6 +39,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from ..errors import ConfigError
 from ..topology import Topology
 from ..topology.passes import resolve_partitions
+from ..topology.serde_binding import bind_serdes
 from .fidelity import check_replayable
 from .inputs import KafkaTopic, resolve_input
 from .stages import Stages, StageSummary
@@ -132,7 +143,9 @@ def plan_replay(app: Any, inputs: Optional[Mapping[str, Any]], spark: Any, *, al
                 output_stores: bool = True) -> ReplayPlan:
     """Resolve ``app``'s inputs and partition counts and check that it can be replayed
     (raises :class:`~.fidelity.ReplayRefusedError` otherwise)."""
-    topology = app.build()
+    broker = registry_broker(app)
+    topology = bind_serdes(app.build(), broker)
+    check_registries(topology)
     sources = _resolve_inputs(app, topology, dict(inputs or {}))
     existing = {topic: _partition_count(spark, source) for topic, source in sources.items()}
     partitions = resolve_partitions(topology, existing)
@@ -145,8 +158,74 @@ def plan_replay(app: Any, inputs: Optional[Mapping[str, Any]], spark: Any, *, al
         raise ConfigError("a global table's topic cannot be replayed from Kafka (each task reads it whole): "
                           "archive it or give an embedded broker directory")
     job = ReplayJob(app=app, partitions=partitions, global_inputs=globals_, dump_stores=output_stores,
-                    _topology=topology)
+                    broker=broker, _topology=topology)
     return ReplayPlan(job, sources, notes)
+
+
+def registry_broker(app: Any) -> str:
+    """The broker URL a replay binds ``app``'s serdes to, as a worker of the app binds
+    them to its own (:meth:`~streamkit.App.resolve_broker`: ``--broker``,
+    ``$STREAMKIT_BROKER``, the config file, the app's, else ``embedded://.streamkit``):
+    a registry serde with ``registry="embedded"`` reads and registers in that broker's
+    ``_schemas`` topic, from the driver and from every executor. An embedded directory
+    is made absolute, so executors find it whatever their working directory."""
+    url = app.resolve_broker()
+    if url.startswith("embedded://"):
+        from ..transport.factory import embedded_directory
+
+        return "embedded://" + os.path.abspath(embedded_directory(url))
+    return url
+
+
+def bound_topology(app: Any) -> Topology:
+    """``app``'s topology with its serdes bound as a replay binds them (see
+    :func:`registry_broker`): the serdes to read a replay's output topics with."""
+    return bind_serdes(app.build(), registry_broker(app))
+
+
+def check_registries(topology: Topology) -> None:
+    """Refuse registry serdes whose registry the executors cannot reach: an in-memory
+    registry (``memory://``, or ``registry="embedded"`` on a ``memory://`` broker) lives
+    in one process, and a client object must pickle to travel to them."""
+    import pickle
+
+    from ..serdes.registry_serde import RegistrySerde
+
+    for place, serde in _serdes(topology):
+        if not isinstance(serde, RegistrySerde):
+            continue
+        registry = serde.registry
+        if isinstance(registry, str):
+            in_memory = registry.startswith("memory://") or (
+                registry == "embedded" and (serde.broker or "").startswith("memory://"))
+            if in_memory:
+                raise ConfigError(
+                    f"{place}: {serde!r} uses an in-memory registry ({registry}"
+                    f"{'' if registry != 'embedded' else ' on broker ' + str(serde.broker)}), which Spark's "
+                    "executors (other processes) cannot read: use registry='embedded' on an embedded:// or "
+                    "kafka:// broker, or an http(s):// registry URL")
+            continue
+        try:
+            pickle.dumps(registry)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure means it cannot travel
+            raise ConfigError(
+                f"{place}: {serde!r} uses registry client {registry!r}, which cannot be sent to Spark's "
+                f"executors ({type(exc).__name__}: {exc}): pass the registry's http(s):// URL or "
+                "'embedded' instead") from None
+
+
+def _serdes(topology: Topology) -> List[Any]:
+    """(where, serde) for every serde of ``topology``: its topics', stores' and nodes'."""
+    import dataclasses
+
+    found: List[Any] = []
+    for name, spec in topology.topics.items():
+        found += [(f"topic '{name}'", spec.key_serde), (f"topic '{name}'", spec.value_serde)]
+    for name, store in topology.stores.items():
+        found += [(f"store '{name}'", store.key_serde), (f"store '{name}'", store.value_serde)]
+    for name, node in topology.nodes.items():
+        found += [(f"node '{name}'", getattr(node, f.name)) for f in dataclasses.fields(node)]
+    return found
 
 
 def _resolve_inputs(app: Any, topology: Topology, given: Dict[str, Any]) -> Dict[str, Any]:

@@ -26,6 +26,7 @@ from ..serdes import compact_json
 from ..sinks.base import SinkRecord
 from ..topology import Topology
 from ..topology.model import SubTopology
+from ..topology.serde_binding import bind_serdes
 from .arrow_rows import EmittedRows
 
 
@@ -38,13 +39,21 @@ class ReplayJob:
     global_inputs: Dict[str, Any] = field(default_factory=dict)
     """Replay inputs of the global tables' topics, read by each task itself."""
     dump_stores: bool = True
+    broker: Optional[str] = None
+    """The app's broker URL, to which the topology's serdes are bound as a worker binds
+    them (:func:`~streamkit.topology.serde_binding.bind_serdes`): registry serdes get
+    their topics' subjects, and ``registry="embedded"`` the registry on this broker,
+    reached from every executor. None: serdes stay as the app built them."""
     _topology: Optional[Topology] = None
     _stamped: Optional[FrozenSet[str]] = None
 
     @property
     def topology(self) -> Topology:
+        """The app's topology with its serdes bound to ``broker`` (built once per process
+        the job is unpickled in; registry serdes connect on first use, see
+        :class:`~streamkit.serdes.registry_serde.RegistrySerde`)."""
         if self._topology is None:
-            self._topology = self.app.build()
+            self._topology = bind_serdes(self.app.build(), self.broker)
         return self._topology
 
     @property
@@ -204,16 +213,30 @@ def add_store_rows(task: Task, rows: EmittedRows) -> None:
 
 
 def _json_text(obj: Any) -> Any:
+    """``obj`` as compact JSON text for the Parquet outputs' text columns: a windowed key
+    as ``{"key", "start", "end"}``, a Protobuf message as its dict (field names as in
+    the .proto, Protobuf's JSON mapping otherwise, as ``streamkit consume`` prints it),
+    anything JSON cannot hold as the JSON string of its repr."""
     from ..windowing.windowed_keys import Windowed
 
     if obj is None:
         return None
     if isinstance(obj, Windowed):
-        obj = {"key": obj.key, "start": obj.start, "end": obj.end}
+        obj = {"key": _json_ready(obj.key), "start": obj.start, "end": obj.end}
+    else:
+        obj = _json_ready(obj)
     try:
         return compact_json(obj).decode()
     except TypeError:
         return compact_json(repr(obj)).decode()
+
+
+def _json_ready(obj: Any) -> Any:
+    if hasattr(obj, "DESCRIPTOR") and hasattr(obj, "SerializeToString"):  # a Protobuf message
+        from google.protobuf.json_format import MessageToDict
+
+        return MessageToDict(obj, preserving_proto_field_name=True)
+    return obj
 
 
 CycleRecord = Tuple[int, str, int, int, Optional[bytes], Optional[bytes], Any]
