@@ -15,8 +15,8 @@ serde's ``registry=`` is set per serde, streamkit has no global one).
 
 Topics (keys are plain UTF-8 strings, values Avro):
 
-- ``avro-orders``    key order id:    ``Order`` (``order.avsc``; the oldest tenth of the
-  sample is written with ``order_v1.avsc``, which lacks ``coupon``: the app reads those
+- ``avro-orders``    key order id:    ``Order`` (``order.avsc``; the sample's first
+  orders are written with ``order_v1.avsc``, which lacks ``coupon``: the app reads those
   with its own schema and gets ``coupon = None``, Avro's schema resolution)
 - ``avro-payments``  key order id:    ``Payment``
 - ``avro-customers`` key customer id: ``Customer`` (a table)
@@ -46,8 +46,8 @@ from apps.orders import sample as json_sample
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 PAYMENT_WINDOW = sk.JoinWindows.of(timedelta(minutes=5), grace=timedelta(seconds=30))
-OLD_SCHEMA_SHARE = 0.1
-"""The share of the sample's orders (the oldest) written with ``order_v1.avsc``."""
+OLD_SCHEMA_ORDERS = 100
+"""The sample's first orders (``o0`` to ``o99``) are written with ``order_v1.avsc``."""
 METHODS = ("card", "transfer", "wallet")
 
 
@@ -136,29 +136,32 @@ def sample(count: int, *, seed: int = 1) -> Dict[str, List[Tuple[str, dict, int]
     """Deterministic sample data per topic, ``(key, value, timestamp)``, in the Avro
     schemas' shape: :func:`apps.orders.sample`'s orders, payments and customers (about
     90% of the orders paid within two minutes), amounts in cents, every 7th order
-    with a coupon and payment methods in turn. The oldest :data:`OLD_SCHEMA_SHARE` of
-    the orders have no ``coupon`` key: they are written with ``order_v1.avsc``."""
+    with a coupon and payment methods in turn. The first :data:`OLD_SCHEMA_ORDERS`
+    orders have no ``coupon`` key: they are written with ``order_v1.avsc``. Order ``o<i>``
+    and its payment are the same whatever ``count`` is (a larger sample extends a
+    smaller one)."""
     data = json_sample(count, seed=seed)
-    old = int(count * OLD_SCHEMA_SHARE)
     orders = []
     for i, (key, value, ts) in enumerate(data["orders"]):
         order = {"order_id": value["order_id"], "customer_id": value["customer_id"],
                  "amount_cents": value["amount"] * 100, "ts": value["ts"]}
-        if i >= old:
+        if i >= OLD_SCHEMA_ORDERS:
             order["coupon"] = "WELCOME10" if i % 7 == 0 else None
         orders.append((key, order, ts))
     payments = [(key, {"order_id": value["order_id"], "amount_cents": value["amount"] * 100, "ts": value["ts"],
-                       "method": METHODS[i % len(METHODS)]}, ts)
-                for i, (key, value, ts) in enumerate(data["payments"])]
+                       "method": METHODS[int(key[1:]) % len(METHODS)]}, ts)
+                for key, value, ts in data["payments"]]
     return {"avro-customers": data["customers"], "avro-orders": orders, "avro-payments": payments}
 
 
 def produce_sample(broker: str, count: int, *, seed: int = 1, prefix: str = "",
-                   registry: Optional[str] = None) -> Dict[str, int]:
+                   registry: Optional[str] = None, first_order: int = 0) -> Dict[str, int]:
     """Create the app's topics (named with ``prefix``) on ``broker``, register the schemas
     (``registry``: as :func:`avro_orders_app`'s) and write :func:`sample` data with the
     app's serdes (orders without ``coupon`` with ``order_v1.avsc``, registered first under
-    the same subject); return the records written per topic."""
+    the same subject); return the records written per topic. ``first_order``: write only
+    orders ``o<first_order>`` on and their payments, and no customers (more of the same
+    sample, after an earlier call wrote its first ``first_order`` orders)."""
     import asyncio
 
     from streamkit.transport.factory import open_transport
@@ -172,7 +175,11 @@ def produce_sample(broker: str, count: int, *, seed: int = 1, prefix: str = "",
         for spec in declared.topics.values():
             transport.admin.create_topic(spec.name, spec.partitions or 1, exist_ok=True)
         batches = []
-        for topic, rows in sample(count, seed=seed).items():
+        data = sample(count, seed=seed)
+        if first_order:
+            data = {topic: [row for row in data[topic] if int(row[0][1:]) >= first_order]
+                    for topic in ("avro-orders", "avro-payments")}
+        for topic, rows in data.items():
             topic = f"{prefix}{topic}"
             spec = declared.topics[topic]
             partitions = spec.partitions or 1

@@ -1,11 +1,15 @@
 """apps/avro_orders.py end to end, as the README runs it: ``python -m apps.avro_orders
 --generate`` registers the schemas in the embedded registry and writes Avro input (its
-oldest orders with an older schema version), two ``streamkit worker`` processes share
-the app's tasks on one embedded broker directory until idle, and then:
+first orders with an older schema version), two ``streamkit worker`` processes share
+the app's tasks on one embedded broker directory until idle; then more orders and
+payments arrive and a third worker, without local state, restores every store from
+its Avro changelog (join buffers, the customers table, the totals) and goes on from
+there. Then:
 
 - every output record is in Confluent's wire format with the id its subject holds, and
   decodes with the app's ``.avsc`` to exactly what a model computed from the input
-  says: one enriched order per paid order, and final totals per customer;
+  says: one enriched order per paid order, and final totals per customer (the later
+  orders folded into totals decoded from the restored state);
 - orders written with ``order_v1.avsc`` come out with ``coupon = None`` (read with the
   app's newer schema);
 - confluent-kafka's ``AvroDeserializer``, with its ``SchemaRegistryClient`` pointed at a
@@ -27,14 +31,16 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_reader
 
-from apps.avro_orders import (OLD_SCHEMA_SHARE, PAYMENT_WINDOW, add_order, enrich, load_schema, no_totals, pay,
-                              sample)
+from apps.avro_orders import (OLD_SCHEMA_ORDERS, PAYMENT_WINDOW, add_order, enrich, load_schema, no_totals, pay,
+                              produce_sample, sample)
 from streamkit.schemas.wire_format import read_header
 from streamkit.transport.embedded.transport import EmbeddedTransport
 from tests.cli_processes import REPO
 from tests.schemas.registry_servers import RegistryProcess
 
 ORDERS = 1_200
+MORE_ORDERS = 1_500
+"""After the first two workers: orders ``o1200`` to ``o1499`` and their payments."""
 ENRICHED, TOTALS = "avro-orders-enriched", "avro-customer-totals"
 
 
@@ -140,7 +146,19 @@ def test_avro_orders_app_end_to_end(tmp_path: Path) -> None:
         assert worker.process.returncode == 0, worker.log()[-3000:]
     assert " started at " in workers[1].log(), "the second worker was given no task"
 
-    expected_enriched, expected_totals = expected_outputs(ORDERS)
+    written = produce_sample(f"embedded://{broker_dir}", MORE_ORDERS, first_order=ORDERS)
+    assert written["avro-orders"] == MORE_ORDERS - ORDERS
+    third = Worker(broker_dir, tmp_path, "third")
+    try:
+        third.process.wait(timeout=90)
+    finally:
+        if third.process.poll() is None:
+            third.process.kill()
+            third.process.wait()
+    assert third.process.returncode == 0, third.log()[-3000:]
+    assert third.log().count(" restored ") == 6, third.log()[-3000:]
+
+    expected_enriched, expected_totals = expected_outputs(MORE_ORDERS)
     decode_enriched, decode_totals = avro_decoder("enriched_order"), avro_decoder("customer_totals")
     enriched_records = read_records(broker_dir, ENRICHED)
     totals_records = read_records(broker_dir, TOTALS)
@@ -157,10 +175,10 @@ def test_avro_orders_app_end_to_end(tmp_path: Path) -> None:
     assert not missing and not extra, f"{len(missing)} paid orders not enriched, {len(extra)} unexpected"
     assert len(enriched_records) == len(expected_enriched), "an enriched order was written more than once"
     assert got == expected_enriched
-    old_orders = {f"o{i}" for i in range(int(ORDERS * OLD_SCHEMA_SHARE))}
+    old_orders = {f"o{i}" for i in range(OLD_SCHEMA_ORDERS)}
     assert any(got[o]["coupon"] is None for o in old_orders & set(got))
     assert all(got[o]["coupon"] is None for o in old_orders & set(got))
-    assert sum(order["coupon"] is not None for order in got.values()) > ORDERS // 20
+    assert sum(order["coupon"] is not None for order in got.values()) > MORE_ORDERS // 20
 
     # Totals: the last update per customer is the model's total.
     final_totals: Dict[str, dict] = {}
