@@ -28,7 +28,7 @@ setup-spark: $(VENV)/.installed-test
 test: $(VENV)/.installed-test
 	scripts/ensure-java --optional
 	scripts/ensure-chromium --optional
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 $(VENV)/.installed-bench: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[bench]'
