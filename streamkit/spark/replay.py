@@ -111,6 +111,7 @@ def replay(app: Any, *, inputs: Optional[Mapping[str, Any]] = None, output: str,
         spark = get_session(master)
     plan = plan_replay(app, inputs, spark, allow_approximate=allow_approximate, output_stores=output_stores)
     job = plan.job
+    _warn_foreign_registry(job, output)
     run = Stages(spark, job, plan.sources, bulk).run_all()
     try:
         result = ReplayResult(output=output, approximations=plan.approximations, stages=run.summaries,
@@ -212,6 +213,24 @@ def check_registries(topology: Topology) -> None:
                 f"{place}: {serde!r} uses registry client {registry!r}, which cannot be sent to Spark's "
                 f"executors ({type(exc).__name__}: {exc}): pass the registry's http(s):// URL or "
                 "'embedded' instead") from None
+
+
+def _warn_foreign_registry(job: ReplayJob, output: str) -> None:
+    """Output topics appended to another embedded broker than the app's carry schema ids of
+    the app's registry: say so, since ``registry="embedded"`` readers there would look the
+    ids up in that broker's own registry."""
+    from ..serdes.registry_serde import RegistrySerde
+    from .outputs import EMBEDDED_PREFIX
+
+    if not output.startswith(EMBEDDED_PREFIX) or job.broker is None:
+        return
+    target = "embedded://" + os.path.abspath(output[len(EMBEDDED_PREFIX):])
+    if target == job.broker:
+        return
+    if any(isinstance(serde, RegistrySerde) and serde.registry == "embedded" for _, serde in _serdes(job.topology)):
+        log.warning("the output topics go to %s but their schema ids are those of the registry on the app's "
+                    "broker %s: readers there must use that registry (its registry serve URL, or "
+                    "registry='embedded' on that broker), not %s's own", target, job.broker, target)
 
 
 def _serdes(topology: Topology) -> List[Any]:

@@ -25,6 +25,7 @@ import json
 import os
 import random
 import threading
+import warnings
 from datetime import timedelta
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -77,9 +78,9 @@ def _amount(value: Any) -> int:
     return value.amount if isinstance(value, Order) else value["amount"]
 
 
-def orders_app(fmt: str, app_id: str, broker: str, *, registry: str = "embedded",
-               handler: str = "log_and_skip") -> sk.App:
-    """``orders`` (key: user, value: an order in ``fmt``) → amounts over 2, doubled, to ``big``
+def orders_app(fmt: str, app_id: str, broker: str, *, registry: Any = "embedded",
+               handler: str = "log_and_skip", source: str = "orders") -> sk.App:
+    """``source`` (``orders``; key: user, value: an order in ``fmt``) → amounts over 2, doubled, to ``big``
     → their count per user to ``counts``; the Avro app also sums amounts per 10 s window
     to ``sums`` and has Avro keys."""
     app = sk.App(app_id, broker=broker, caching=False, deserialization_error_handler=handler,
@@ -87,24 +88,24 @@ def orders_app(fmt: str, app_id: str, broker: str, *, registry: str = "embedded"
     windowed = fmt == "avro"
     if fmt == "avro":
         users = Avro('"string"', registry=registry)
-        app.topic("orders", key_serde=users, value_serde=Avro(AVRO_ORDER, registry=registry))
+        app.topic(source, key_serde=users, value_serde=Avro(AVRO_ORDER, registry=registry))
         app.topic("big", key_serde=users, value_serde=Avro(AVRO_BIG, registry=registry))
         app.topic("counts", key_serde=users, value_serde=Avro('"long"', registry=registry))
         big, count = (lambda v: {"id": v["id"], "amount2": 2 * v["amount"]}), (lambda n: n)
     elif fmt == "json":
-        app.topic("orders", value_serde=JsonSchema(JSON_ORDER, registry=registry))
+        app.topic(source, value_serde=JsonSchema(JSON_ORDER, registry=registry))
         app.topic("big", value_serde=JsonSchema(JSON_BIG, registry=registry))
         app.topic("counts", value_serde=JsonSchema({"type": "integer"}, registry=registry))
         big, count = (lambda v: {"id": v["id"], "amount2": 2 * v["amount"]}), (lambda n: n)
     else:
-        app.topic("orders", value_serde=Protobuf(Order, registry=registry))
+        app.topic(source, value_serde=Protobuf(Order, registry=registry))
         app.topic("big", value_serde=Protobuf(Big, registry=registry))
         app.topic("counts", value_serde=Protobuf(Count, registry=registry))
         big, count = (lambda v: Big(id=v.id, amount2=2 * v.amount)), (lambda n: Count(n=n))
 
     @app.topology
     def build(b: sk.StreamsBuilder) -> None:
-        orders = b.stream("orders")
+        orders = b.stream(source)
         doubled = orders.filter(lambda k, v: _amount(v) > 2).map_values(big)
         doubled.to("big")
         doubled.group_by_key().count(name="per-user").to_stream().map_values(count).to("counts")
@@ -362,6 +363,59 @@ def test_an_http_registry_is_reached_by_url_once_per_schema_not_per_record(spark
                 sorted(r for recs in replayed[topic].values() for r in recs), topic
 
 
+def test_kafka_input_on_the_kafka_brokers_registry(spark: Any, tmp_path: Any) -> None:
+    """An Avro topic on Kafka (Tansu), the app's broker: the replay reads it with Spark's
+    Kafka source and the executors decode with ``registry="embedded"`` = the ``_schemas``
+    topic on that Kafka; the answers are the driver's."""
+    from .test_replay_fidelity import _kafka_unavailable_reasons
+
+    reasons = _kafka_unavailable_reasons(spark)
+    if reasons:
+        reason = "; ".join(reasons)
+        warnings.warn(f"Kafka input of registry topics not replayed: {reason}", pytest.PytestWarning)
+        pytest.skip(reason)
+    from streamkit.spark import KafkaTopic
+    from streamkit.transport.factory import open_transport
+
+    from ..kafka.broker import ENV_VAR, KEEP_RECORDS, external_broker, start_tansu, unique_name
+
+    external = os.environ.get(ENV_VAR, "").strip()
+    kafka = external_broker(external) if external else start_tansu(log_path=tmp_path / "tansu.log")
+    try:
+        topic = unique_name("avro-orders")
+        app = orders_app("avro", "avro-kafka", f"embedded://{tmp_path / 'unused'}", source=topic)
+        app.broker = kafka.url
+        records = order_records("avro", 60)
+        spec = bind_serdes(app.build(), kafka.url).topics[topic]
+        batches: Dict[int, list] = {}
+        for user, value, ts in records:
+            key = spec.key_serde.serialize(user)
+            batches.setdefault(partition_for_key(key, PARTITIONS), []).append(
+                (key, spec.value_serde.serialize(value), ts, None))
+        transport = open_transport(kafka.url)
+        try:
+            transport.admin.create_topic(topic, PARTITIONS, dict(KEEP_RECORDS), exist_ok=True)
+
+            async def send() -> None:
+                producer = transport.producer()
+                await producer.send([(topic, p, recs) for p, recs in sorted(batches.items())])
+                await producer.flush()
+                await producer.aclose()
+            asyncio.run(send())
+        finally:
+            transport.close()
+        replayed = replay_raw(spark, app, str(tmp_path / "out"), FORMATS["avro"],
+                              inputs={topic: KafkaTopic(kafka.bootstrap, topic)})
+        with TopologyTestDriver(app) as driver:
+            for user, value, ts in records:
+                driver.input_topic(topic).pipe_input(user, value, timestamp=ts)
+            expected = {t: per_key([(r.key, r.value, r.timestamp) for r in driver.output_topic(t).read_records()])
+                        for t in FORMATS["avro"]}
+        assert decoded(app, replayed) == expected
+    finally:
+        kafka.stop()
+
+
 def test_bound_serdes_travel_without_caches_and_reconnect_on_first_use(tmp_path: Any) -> None:
     """What the executors get: each registry serde of the bound topology pickles without
     its client, writer or readers, and the copy finds the same registry (the app's
@@ -384,3 +438,11 @@ def test_an_in_memory_registry_is_refused_before_spark_runs(spark: Any, tmp_path
     with pytest.raises(ConfigError) as refused:
         replay(app, inputs={"orders": str(tmp_path / "broker")}, output=str(tmp_path / "out"), spark=spark)
     assert "in-memory registry (memory://mine)" in str(refused.value) and "topic 'orders'" in str(refused.value)
+
+    from streamkit.schemas.registry.service import SchemaRegistry
+
+    with SchemaRegistry.in_memory() as registry:  # a client object that cannot travel (it holds a lock)
+        app = orders_app("json", "json-object", f"embedded://{tmp_path / 'broker'}", registry=registry)
+        with pytest.raises(ConfigError) as refused:
+            replay(app, inputs={"orders": str(tmp_path / "broker")}, output=str(tmp_path / "out"), spark=spark)
+    assert "cannot be sent to Spark's executors" in str(refused.value) and "http(s)://" in str(refused.value)
