@@ -18,8 +18,9 @@ NAME = "streamkit-rdkafka"
 def version() -> str:
     import confluent_kafka
 
-    return f"{base.version()} on confluent-kafka {confluent_kafka.version()[0]} (librdkafka " \
-           f"{confluent_kafka.libversion()[0]})"
+    version = confluent_kafka.version()  # a str; older releases: (str, int)
+    version = version if isinstance(version, str) else version[0]
+    return f"{base.version()} on confluent-kafka {version} (librdkafka {confluent_kafka.libversion()[0]})"
 
 
 def unsupported(scenario: Scenario, transactions: bool) -> Optional[str]:

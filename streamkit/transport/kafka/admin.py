@@ -12,7 +12,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.errors import (CommitFailedError, IncompatibleBrokerVersion, KafkaConnectionError, KafkaError,
                              OffsetOutOfRangeError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
-                             UnsupportedVersionError, for_code)
+                             NodeNotReadyError, RequestTimedOutError, UnsupportedVersionError, for_code)
 
 from ...errors import BrokerUnavailableError, ConfigError, StreamkitError
 from ..base import Admin, PartitionOffsets, TopicMetadata, TopicPartition
@@ -153,8 +153,24 @@ class KafkaAdmin(Admin):
         return self._call(self._partition_counts(list(topics)))
 
     async def _partition_counts(self, topics: List[str]) -> Dict[str, Optional[int]]:
+        """Retries while the broker cannot be reached, for at most ``connect_timeout_s``: a
+        running worker checks its topics periodically, and a short network outage must not
+        stop it (its clients ride the outage out)."""
         admin = await self._admin()
-        response = await admin._send_request(MetadataRequest(topics, allow_auto_topic_creation=False))
+        request = MetadataRequest(topics, allow_auto_topic_creation=False)
+        deadline = asyncio.get_running_loop().time() + self._config.connect_timeout_s
+        while True:
+            try:
+                response = await admin._send_request(request)
+                break
+            except (NodeNotReadyError, KafkaConnectionError, RequestTimedOutError) as exc:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise BrokerUnavailableError(
+                        f"Kafka at {self._servers} unreachable for {self._config.connect_timeout_s:g} s while "
+                        f"checking topics {', '.join(topics)}: {type(exc).__name__}: {exc}") from None
+                log.info("checking topics: Kafka at %s not reachable (%s); retrying", self._servers,
+                         type(exc).__name__)
+                await asyncio.sleep(0.5)
         counts: Dict[str, Optional[int]] = {name: None for name in topics}
         for entry in response.to_object()["topics"]:
             if entry.get("error_code", 0) == 0 and entry.get("partitions"):
