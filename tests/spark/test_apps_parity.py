@@ -237,6 +237,35 @@ def test_orders_replay_equals_live_run(spark, tmp_path):
     assert all(order["region"] and order["customer"] for _k, order, _ts in replayed["orders-enriched"])
 
 
+
+# -- apps/avro_orders -----------------------------------------------------------------------------
+
+def test_avro_orders_replay_equals_live_run(spark, tmp_path):
+    """The Avro app: inputs, outputs and state in Confluent's wire format, the schemas in
+    a `streamkit registry serve` process on the broker directory (an http:// registry:
+    the worker here, the Spark executors and the reads below all reach it)."""
+    from apps.avro_orders import avro_orders_app, produce_sample
+    from tests.schemas.registry_servers import RegistryProcess
+
+    broker, out = str(tmp_path / "broker"), str(tmp_path / "out")
+    registry = RegistryProcess(f"embedded://{broker}", tmp_path / "registry.log")
+    try:
+        app = avro_orders_app(registry=registry.url)
+        written = produce_sample(f"embedded://{broker}", 1500, seed=4, registry=registry.url)
+
+        live = worker_outputs(app, broker)
+        replayed = replay_outputs(spark, app, broker, out, output_stores=False)
+    finally:
+        assert registry.stop() == 0, registry.log()
+
+    assert replay_metadata(out)["input_records"] == sum(written.values())
+    assert set(live) == {"avro-orders-enriched", "avro-customer-totals"}
+    assert set(replayed) == set(live)
+    assert_stream_parity("avro-orders-enriched", live["avro-orders-enriched"], replayed["avro-orders-enriched"])
+    assert_table_parity(app, "avro-customer-totals", live["avro-customer-totals"], replayed["avro-customer-totals"])
+    assert len(live["avro-orders-enriched"]) > 1000
+
+
 # -- apps/user_sessions ---------------------------------------------------------------------------
 
 def click_records(users: int = 30, clicks: int = 50, seed: int = 2) -> List[Tuple[str, str, dict, int]]:
