@@ -34,7 +34,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import ConfigError
 from ..topology import Topology
@@ -233,11 +233,12 @@ def _warn_foreign_registry(job: ReplayJob, output: str) -> None:
                     "registry='embedded' on that broker), not %s's own", target, job.broker, target)
 
 
-def _serdes(topology: Topology) -> List[Any]:
-    """(where, serde) for every serde of ``topology``: its topics', stores' and nodes'."""
+def _serdes(topology: Topology) -> List[Tuple[str, Any]]:
+    """(where, serde) for every serde of ``topology``: its topics', stores' and nodes'
+    (node fields that are not serdes come along; callers test the type)."""
     import dataclasses
 
-    found: List[Any] = []
+    found: List[Tuple[str, Any]] = []
     for name, spec in topology.topics.items():
         found += [(f"topic '{name}'", spec.key_serde), (f"topic '{name}'", spec.value_serde)]
     for name, store in topology.stores.items():
