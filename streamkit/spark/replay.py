@@ -147,6 +147,7 @@ def plan_replay(app: Any, inputs: Optional[Mapping[str, Any]], spark: Any, *, al
     broker = registry_broker(app)
     topology = bind_serdes(app.build(), broker)
     check_registries(topology)
+    _log_registries(topology, broker)
     sources = _resolve_inputs(app, topology, dict(inputs or {}))
     existing = {topic: _partition_count(spark, source) for topic, source in sources.items()}
     partitions = resolve_partitions(topology, existing)
@@ -213,6 +214,19 @@ def check_registries(topology: Topology) -> None:
                 f"{place}: {serde!r} uses registry client {registry!r}, which cannot be sent to Spark's "
                 f"executors ({type(exc).__name__}: {exc}): pass the registry's http(s):// URL or "
                 "'embedded' instead") from None
+
+
+def _log_registries(topology: Topology, broker: str) -> None:
+    """Say which registries the registry serdes use (the ids in the inputs must be theirs)."""
+    from ..schemas.registry_resolution import describe_registry
+    from ..serdes.registry_serde import RegistrySerde
+
+    used = sorted({f"the _schemas topic of {broker}" if serde.registry == "embedded"
+                   else describe_registry(serde.registry)
+                   for _, serde in _serdes(topology) if isinstance(serde, RegistrySerde)})
+    if used:
+        log.info("registry serdes bound to the app's broker %s; schema ids are read from and registered in %s "
+                 "(streamkit replay --broker or the app's broker= picks another)", broker, ", ".join(used))
 
 
 def _warn_foreign_registry(job: ReplayJob, output: str) -> None:
