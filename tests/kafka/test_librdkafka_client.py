@@ -28,7 +28,7 @@ from streamkit.transport.kafka.rdkafka_producer import RdKafkaProducer  # noqa: 
 from streamkit.transport.partitioner import partition_for_key  # noqa: E402
 
 from .topics import create_test_topic, kafka_transport  # noqa: E402
-from .workers import KafkaApp, stop, wait_for  # noqa: E402
+from .workers import KafkaApp, stop  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRDKAFKA = {"STREAMKIT_KAFKA_CLIENT": "librdkafka"}
