@@ -162,10 +162,9 @@ def produce_sample(broker: str, count: int, *, seed: int = 1, prefix: str = "",
     the same subject); return the records written per topic. ``first_order``: write only
     orders ``o<first_order>`` on and their payments, and no customers (more of the same
     sample, after an earlier call wrote its first ``first_order`` orders)."""
-    import asyncio
-
     from streamkit.transport.factory import open_transport
-    from streamkit.transport.partitioner import partition_for_key
+
+    from .sample_writer import by_partition, send_batches
 
     registry = registry or default_registry()
     declared = avro_orders_app(prefix=prefix, registry=registry)
@@ -182,26 +181,19 @@ def produce_sample(broker: str, count: int, *, seed: int = 1, prefix: str = "",
         for topic, rows in data.items():
             topic = f"{prefix}{topic}"
             spec = declared.topics[topic]
-            partitions = spec.partitions or 1
             key_serde = spec.key_serde.for_topic(topic, True, broker=broker)
             value_serde = spec.value_serde.for_topic(topic, False, broker=broker)
             old_serde = sk.serdes.Avro(load_schema("order_v1"), registry=registry).for_topic(
                 topic, False, broker=broker)
-            per_partition: Dict[int, list] = {}
-            for key, value, ts in rows:
-                key_bytes = key_serde.serialize(key)
-                serde = old_serde if topic.endswith("avro-orders") and "coupon" not in value else value_serde
-                per_partition.setdefault(partition_for_key(key_bytes, partitions), []).append(
-                    (key_bytes, serde.serialize(value), ts, None))
-            batches += [(topic, partition, recs) for partition, recs in sorted(per_partition.items())]
-            written[topic] = len(rows)
 
-        async def send() -> None:
-            producer = transport.producer()  # inside the event loop (Kafka clients need one)
-            await producer.send(batches)
-            await producer.flush()
-            await producer.aclose()
-        asyncio.run(send())
+            def encode(value: dict) -> bytes:
+                # orders without a coupon are written with the old schema, as an older producer would
+                serde = old_serde if topic.endswith("avro-orders") and "coupon" not in value else value_serde
+                return serde.serialize(value)
+            batches += by_partition(topic, spec.partitions or 1, (
+                (key_serde.serialize(key), encode(value), ts) for key, value, ts in rows))
+            written[topic] = len(rows)
+        send_batches(transport, batches)
     finally:
         transport.close()
     return written

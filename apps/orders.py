@@ -95,10 +95,9 @@ def sample(count: int, *, seed: int = 1, customers: int = 50, start_ms: int = 1_
 def produce_sample(broker: str, count: int, *, seed: int = 1, prefix: str = "") -> Dict[str, int]:
     """Create the app's input topics (named with ``prefix``) on ``broker`` and write
     :func:`sample` data; return the records written per topic."""
-    import asyncio
-
     from streamkit.transport.factory import open_transport
-    from streamkit.transport.partitioner import partition_for_key
+
+    from .sample_writer import by_partition, send_batches
 
     declared = orders_app(prefix=prefix)
     transport = open_transport(broker)
@@ -109,19 +108,10 @@ def produce_sample(broker: str, count: int, *, seed: int = 1, prefix: str = "") 
             topic = f"{prefix}{topic}"
             spec = declared.topics[topic]
             transport.admin.create_topic(topic, spec.partitions or 1, exist_ok=True)
-            per_partition: Dict[int, list] = {}
-            for key, value, ts in rows:
-                key_bytes = spec.key_serde.serialize(key)
-                per_partition.setdefault(partition_for_key(key_bytes, spec.partitions or 1), []).append(
-                    (key_bytes, spec.value_serde.serialize(value), ts, None))
-            batches += [(topic, partition, recs) for partition, recs in sorted(per_partition.items())]
+            batches += by_partition(topic, spec.partitions or 1, (
+                (spec.key_serde.serialize(key), spec.value_serde.serialize(value), ts) for key, value, ts in rows))
             written[topic] = len(rows)
-        async def send() -> None:
-            producer = transport.producer()  # inside the event loop (Kafka clients need one)
-            await producer.send(batches)
-            await producer.flush()
-            await producer.aclose()
-        asyncio.run(send())
+        send_batches(transport, batches)
     finally:
         transport.close()
     return written
