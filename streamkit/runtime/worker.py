@@ -100,6 +100,8 @@ class Worker(CommitSteps):
         self._waiting_logged = False
         self._suspended = False
         self._assigned_once = False
+        self._assigned_tasks: FrozenSet[str] = frozenset()
+        """The active tasks of the last assignment, started or not."""
         self.totals = TaskMetrics()
         self.restored: Dict[str, Dict[str, int]] = {}
         """Records replayed per task and store at start (or takeover)."""
@@ -459,6 +461,13 @@ class Worker(CommitSteps):
         assert self._consumer is not None and self._standbys is not None
         for tid in sorted(set(self.tasks) - assignment.active):
             self._close_task(tid, dirty=False)
+        if self._membership is not None:
+            # Tasks the last assignment gave this worker that it never started (its start
+            # loop yielded to a rebalance) and that are no longer assigned: nothing closes
+            # them, so hand them back here, or they stay held while this worker lives.
+            for tid in sorted(self._assigned_tasks - assignment.active - set(self.tasks)):
+                self._membership.release(tid)
+        self._assigned_tasks = frozenset(assignment.active)
         new = [tid for tid in sorted(assignment.active, key=parse_task_id) if tid not in self.tasks]
         # A standby promoted to active, or dropped, closes first: its store files get reopened.
         self._standbys.keep(assignment.standby - assignment.active)

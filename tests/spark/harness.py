@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from streamkit.serdes import Bytes
 from streamkit.testing import TopologyTestDriver
+from streamkit.topology.serde_binding import bind_serdes
 from streamkit.broker.broker import EmbeddedBroker
 
 Record = Tuple[Any, Any, int]
@@ -91,8 +92,10 @@ def driver_outputs(app: Any, records: Sequence[Tuple[str, Any, Any, int]]) -> Ou
 def worker_outputs(app: Any, directory: str, until_idle: float = 1.0) -> Outputs:
     """Run the embedded worker over ``directory`` until idle; every output topic it wrote,
     read back from the broker in (partition, offset) order."""
-    app.run(broker=f"embedded://{directory}", until_idle=until_idle)
-    topology = app.build()
+    url = f"embedded://{directory}"
+    app.run(broker=url, until_idle=until_idle)
+    # bound as the worker binds them: registry serdes need their topic and the broker's registry
+    topology = bind_serdes(app.build(), url)
     produced = {t for sub in topology.sub_topologies for t in sub.sink_topics}
     outputs: Outputs = {}
     with EmbeddedBroker(directory) as broker:
