@@ -86,27 +86,33 @@ class SuppressionBuffer:
 
     def next_due(self) -> float:
         """The earliest due time, or infinity when the buffer is empty."""
-        due, heap = self._index(), self._heap
+        due = self._due if self._due is not None else self._index()
+        heap = self._heap
         while heap and due.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)  # superseded by a later put or an eviction
         return heap[0][0] if heap else float("inf")
 
+    def holds(self, key: bytes) -> bool:
+        """Whether an update of ``key`` is held back."""
+        return key in (self._due if self._due is not None else self._index())
+
     def put(self, key: bytes, due: int, timestamp: int, new: Optional[bytes], old: Optional[bytes]) -> None:
         """Hold back ``new`` for ``key``. A key already held keeps its due time and its
-        ``old`` (the value downstream last saw); a key whose update cancels out (no
-        value before, none now) is dropped from the buffer."""
-        index = self._index()
+        ``old`` (the value downstream last saw; the ``old`` given is then ignored); a key
+        whose update cancels out (no value before, none now) is dropped from the buffer."""
+        index = self._due if self._due is not None else self._index()
         stored_key = _ENTRY + key
-        if key in index:
+        held_due = index.get(key)
+        if held_due is not None:
             due, _ts, _new, old = _decode(self.inner.get(stored_key))  # type: ignore[arg-type]
         if new is None and old is None:
-            if key in index:
+            if held_due is not None:
                 self.inner.delete(stored_key)
                 self._untrack(key)
             return
         raw = _encode(due, timestamp, new, old)
         self.inner.put(stored_key, raw)
-        if index.get(key) != due:
+        if held_due != due:
             self._track(key, due, len(stored_key) + len(raw))
         else:
             self._set_size(key, len(stored_key) + len(raw))

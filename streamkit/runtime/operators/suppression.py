@@ -40,6 +40,7 @@ def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: Compile
         old_value = None if old is None else value_deserialize(old)
         downstream(key_deserialize(key_bytes), Change(new_value, old_value), timestamp)
 
+    holds, next_due = buffer.holds, buffer.next_due
     clock = task.observed_time(name, (node.store,))
     clock.listeners.append(lambda stream_time: buffer.evict_due(stream_time, emit))
 
@@ -58,11 +59,12 @@ def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: Compile
         try:
             key_bytes = key_serialize(key)
             new = None if change.new is None else value_serialize(change.new)
-            old = None if change.old is None else value_serialize(change.old)
+            # A held key keeps the old value its first held update carried: this one's is not needed.
+            old = None if change.old is None or holds(key_bytes) else value_serialize(change.old)
         except Exception as exc:
             raise user_error(name, exc) from exc
         buffer.put(key_bytes, due, timestamp, new, old)
-        if buffer.next_due() <= stream_time:
+        if next_due() <= stream_time:
             buffer.evict_due(stream_time, emit)  # what this record closed is out before the bound counts
         while buffer.count > max_records or buffer.size_bytes > max_bytes:
             if final:
