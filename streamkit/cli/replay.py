@@ -41,10 +41,14 @@ _PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.*)$")
 @click.option("--bulk", is_flag=True,
               help="Compile windowed counts to Spark SQL (bulk plans) instead of running the task code per "
                    "task partition (the default, faster on small clusters: see bench/spark_replay.py).")
+@click.option("--slice-records", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Offsets per slice of a stateless stage (default: chosen from the input's size and Spark's "
+                   "parallelism; 0: one Spark task per topic partition).")
 @broker_option
 def replay(app_spec: str, backend: str, inputs: Tuple[str, ...], output: str, master: Optional[str],
            allow_approximate: bool, compare_topics: Tuple[str, ...], compare_with: Optional[str],
-           compare_mode: str, no_stores: bool, bulk: bool, broker: Optional[str]) -> None:
+           compare_mode: str, no_stores: bool, bulk: bool, slice_records: Optional[int],
+           broker: Optional[str]) -> None:
     """Replay APP (module or module:attribute) over historical data with the live run's semantics."""
     from .. import spark as sk_spark
 
@@ -66,7 +70,8 @@ def replay(app_spec: str, backend: str, inputs: Tuple[str, ...], output: str, ma
     session = sk_spark.get_session(master)
     try:
         result = sk_spark.replay(app, inputs=given, output=output, spark=session,
-                                 allow_approximate=allow_approximate, output_stores=not no_stores, bulk=bulk)
+                                 allow_approximate=allow_approximate, output_stores=not no_stores, bulk=bulk,
+                                 slice_records=slice_records)
         for line in result.summary().splitlines():
             click.echo(line, err=True)
         differing = []

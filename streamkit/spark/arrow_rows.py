@@ -22,6 +22,13 @@ Three row shapes (the first and last with an Arrow schema and the matching Spark
   ``partition``), so that the count is exact whatever Spark re-executes.
   ``tally``: ``sequence`` rows of kind and name ``name`` (``"<kind>:<name>"``) came out
   of this Spark partition, so that counting a stage's output reads a few rows.
+  ``slice``: what one slice of a task sent (:mod:`.slicing`): ``sequence`` records to
+  ``name`` (``"topic:<topic>"`` partition ``partition``, or ``"sink:<node>"``), the
+  largest of their timestamps in ``pmax``; ``"stream_time"``: the slice's stream
+  time at its end in ``pmax``.
+
+  ``slice``, the last column, numbers the slice of a task that emitted the row, when
+  a stateless stage ran its tasks in slices (:mod:`.slicing`); null otherwise.
 
 Headers are one binary column (:data:`HEADERS`), null for a record without headers
 (a count of 0 for an empty tuple): they round-trip exactly.
@@ -62,7 +69,7 @@ EMITTED_FIELDS: Sequence[Field] = (
     ("pmax", pa.int64(), "bigint"), ("sender", pa.int64(), "bigint"), ("sequence", pa.int64(), "bigint"),
     ("timestamp", pa.int64(), "bigint"), ("key", pa.binary(), "binary"), ("value", pa.binary(), "binary"),
     ("headers", HEADERS, HEADERS_DDL), ("writer", pa.int64(), "bigint"), ("writer_time", pa.int64(), "bigint"),
-    ("key_text", pa.string(), "string"), ("value_text", pa.string(), "string"))
+    ("key_text", pa.string(), "string"), ("value_text", pa.string(), "string"), ("slice", pa.int32(), "int"))
 
 
 def arrow_schema(fields: Sequence[Field]) -> pa.Schema:
@@ -184,6 +191,8 @@ class EmittedRows:
 
     def __init__(self, stamped_topics: AbstractSet[str] = frozenset()) -> None:
         self.stamped_topics = stamped_topics
+        self.slice: Optional[int] = None
+        """The slice the rows added now come from (:mod:`.slicing`), or None."""
         self._columns: List[List[Any]] = [[] for _ in EMITTED_FIELDS]
         self._runs: List[pa.RecordBatch] = []
         self._run_rows = 0
@@ -218,6 +227,8 @@ class EmittedRows:
                    "sequence": _numbers(sequence, n), "timestamp": stamps, "key": pa.array(keys, pa.binary()),
                    "value": pa.array(values, pa.binary()), "headers": rest, "writer": writers,
                    "writer_time": writer_times}
+        if self.slice is not None:
+            columns["slice"] = pa.repeat(pa.scalar(self.slice, pa.int32()), n)
         arrays = [columns[name] if name in columns else pa.nulls(n, arrow_type)
                   for name, arrow_type, _ddl in EMITTED_FIELDS]
         self._runs.append(pa.RecordBatch.from_arrays(arrays, schema=EMITTED_SCHEMA))
@@ -234,6 +245,11 @@ class EmittedRows:
     def add_input_count(self, topic: str, partition: int, records: int) -> None:
         self._add("input", topic, partition, None, None, records, None, None, None, None, None, None, None, None)
 
+    def add_slice_stat(self, name: str, partition: int, records: int, largest_time: int) -> None:
+        """A ``slice`` row of the current slice (see the module docstring)."""
+        self._add("slice", name, partition, largest_time, None, records, None, None, None, None, None, None, None,
+                  None)
+
     def add_tallies(self) -> None:
         """A ``tally`` row per kind and name added since the last call."""
         for (kind, name), rows in sorted(self._tallies.items()):
@@ -244,7 +260,8 @@ class EmittedRows:
         self._tallies[(kind, name)] = self._tallies.get((kind, name), 0) + rows
 
     def _add(self, *row: Any) -> None:
-        for column, value in zip(self._columns, row):
+        """One row of every column but ``slice``, which is the current slice."""
+        for column, value in zip(self._columns, row + (self.slice,)):
             column.append(value)
 
     def take_batches(self) -> List[pa.RecordBatch]:

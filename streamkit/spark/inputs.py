@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Tuple
 
 from ..errors import ConfigError
 from ..serdes import Json, Serde
@@ -49,6 +49,16 @@ class ReplayInput(abc.ABC):
         """The partition's records in offset order."""
         for chunk in self.read_chunks(partition):
             yield from chunk
+
+    def offset_range(self, partition: int) -> Optional[Tuple[int, int]]:
+        """[first, end) offsets of the partition's records, for an input that can be read
+        in offset ranges (:meth:`read_range_chunks`); None for one that cannot."""
+        return None
+
+    def read_range_chunks(self, partition: int, start: int, end: int) -> Iterator[List[RawRecord]]:
+        """The partition's records with offsets in [start, end), in offset order, in
+        consecutive non-empty lists (only where :meth:`offset_range` is not None)."""
+        raise NotImplementedError(f"{self.describe()} cannot be read in offset ranges")
 
     @abc.abstractmethod
     def describe(self) -> str: ...
@@ -86,6 +96,36 @@ class EmbeddedTopic(ReplayInput):
                 while True:
                     records = reader.read(READ_BATCH)
                     if not records:
+                        return
+                    yield records
+            finally:
+                reader.close()
+        finally:
+            broker.close()
+
+    def offset_range(self, partition: int) -> Optional[Tuple[int, int]]:
+        """From the log start to the last stable offset (the committed records)."""
+        broker = self._broker()
+        try:
+            start = broker.partition_offsets(self.topic, partition).start
+            return start, max(start, broker.last_stable_offset(self.topic, partition))
+        finally:
+            broker.close()
+
+    def read_range_chunks(self, partition: int, start: int, end: int) -> Iterator[List[RawRecord]]:
+        broker = self._broker()
+        try:
+            reader = broker.reader(self.topic, partition)
+            try:
+                reader.seek(start)
+                while reader.position < end:
+                    records = reader.read(min(READ_BATCH, end - reader.position))
+                    if not records:
+                        return
+                    if records[-1][0] >= end:
+                        records = [r for r in records if r[0] < end]
+                        if records:
+                            yield records
                         return
                     yield records
             finally:

@@ -10,6 +10,7 @@ order, each as one stage (:mod:`.stages`):
    (:mod:`.ordering`); none when it reads exactly one replayed topic;
 3. its tasks, in Spark's Python workers over Arrow batches (:mod:`.task_functions`
    running :mod:`.task_runner`, or :mod:`.bulk` when the sub-topology has a bulk plan);
+   a stateless sub-topology's tasks in slices of their partitions (:mod:`.slicing`);
 4. its output, persisted for the stages and outputs that read it, and counted.
 
 Sub-topologies that feed each other in a cycle (a foreign-key join) run together
@@ -84,8 +85,9 @@ class ReplayResult:
         return times
 
     def summary(self) -> str:
-        lines = [f"stage {s.name} ({s.how}, reads {', '.join(s.reads)}): {s.input_records} replayed record(s) "
-                 f"read, {s.sent} sent, in {s.seconds:.1f} s" for s in self.stages]
+        lines = [f"stage {s.name} ({s.how}{f' in {s.slices} slices' if s.slices else ''}, reads "
+                 f"{', '.join(s.reads)}): {s.input_records} replayed record(s) read, {s.sent} sent, "
+                 f"in {s.seconds:.1f} s" for s in self.stages]
         lines += [f"{o.kind} {o.name}: {o.records} record(s) in {o.seconds:.1f} s -> {o.path}" for o in self.outputs]
         lines.append(f"replayed {self.input_records} input record(s) in {self.seconds:.1f} s"
                      " (global tables' records, which every task reads whole, not counted)")
@@ -94,7 +96,7 @@ class ReplayResult:
 
 def replay(app: Any, *, inputs: Optional[Mapping[str, Any]] = None, output: str, spark: Any = None,
            master: Optional[str] = None, allow_approximate: bool = False, output_stores: bool = True,
-           bulk: bool = False) -> ReplayResult:
+           bulk: bool = False, slice_records: Optional[int] = None) -> ReplayResult:
     """Replay ``app`` over ``inputs`` (topic → embedded broker directory, archive, files,
     Kafka, or a ``--input`` string) and write every output topic, external sink and
     final store as Parquet under ``output`` (``output/topics/<topic>``,
@@ -102,7 +104,11 @@ def replay(app: Any, *, inputs: Optional[Mapping[str, Any]] = None, output: str,
     an input come from the app's own embedded broker. ``spark``: a SparkSession
     (default: a new local one, or on ``master``). ``bulk=True`` compiles the
     sub-topologies that have a bulk plan to Spark SQL (see :mod:`.bulk`); by default
-    every stage runs the task runner, which measured faster (bench/spark_replay.py)."""
+    every stage runs the task runner, which measured faster (bench/spark_replay.py).
+    A stateless stage reading one replayed topic runs its tasks in slices of about
+    ``slice_records`` offsets each (default: chosen from the input's size and Spark's
+    parallelism; 0: one Spark task per topic partition), so it uses every core
+    whatever the topic's partition count (see :mod:`.slicing`)."""
     from .outputs import parquet_root, write_outputs
     from .session import get_session
 
@@ -112,7 +118,7 @@ def replay(app: Any, *, inputs: Optional[Mapping[str, Any]] = None, output: str,
     plan = plan_replay(app, inputs, spark, allow_approximate=allow_approximate, output_stores=output_stores)
     job = plan.job
     _warn_foreign_registry(job, output)
-    run = Stages(spark, job, plan.sources, bulk).run_all()
+    run = Stages(spark, job, plan.sources, bulk, slice_records=slice_records).run_all()
     try:
         result = ReplayResult(output=output, approximations=plan.approximations, stages=run.summaries,
                               input_records=sum(run.input_records.values()))

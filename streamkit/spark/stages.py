@@ -35,7 +35,8 @@ from .arrow_rows import EMITTED_FIELDS, INPUT_FIELDS, TASK_INPUT_COLUMNS, spark_
 from .inputs import KafkaTopic
 from .ordering import ORDER_COLUMNS
 from .routing import TaskRouting
-from .task_functions import read_and_run, read_topic, run_cycle, run_sorted
+from .slicing import Slice, SliceStat, apply_fixes, fixes, plan_slices, sliceable
+from .task_functions import read_and_run, read_slices_and_run, read_topic, run_cycle, run_sorted
 from .task_runner import ReplayJob
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,8 @@ class StageSummary:
     """Records sent to topics."""
     seconds: float = 0.0
     """Wall time of the stage (its input's shuffle and sort, the tasks, keeping what they sent)."""
+    slices: int = 0
+    """Spark tasks the stage's tasks ran in when it ran them in slices (:mod:`.slicing`), else 0."""
 
     @property
     def name(self) -> str:
@@ -112,11 +115,14 @@ class Stages:
     """Runs the sub-topologies in dependency order (:func:`components`)."""
 
     def __init__(self, spark: Any, job: ReplayJob, sources: Mapping[str, Any], bulk: bool,
-                 routing: Optional[TaskRouting] = None) -> None:
+                 routing: Optional[TaskRouting] = None, slice_records: Optional[int] = None) -> None:
         self.spark = spark
         self.job = job
         self.sources = sources
         self.bulk = bulk
+        self.slice_records = slice_records
+        """Offsets per slice of a stateless stage (:mod:`.slicing`); None: chosen from the
+        input and Spark's parallelism; 0: never sliced."""
         self.routing = routing or TaskRouting(spark)
         self._inputs: Dict[str, Any] = {}
 
@@ -130,8 +136,12 @@ class Stages:
                 continue
             summary = StageSummary(list(component), "", reads)
             started = time.monotonic()
-            out = self._stage(component, rank, by_topic, summary, run.cached).localCheckpoint(eager=False)
-            run.contents.append(self._count(out, summary, run))
+            stage, slices = self._stage(component, rank, by_topic, summary, run.cached)
+            out = stage.localCheckpoint(eager=False)
+            contents, slice_stats = self._count(out, summary, run)
+            run.contents.append(contents)
+            if slices is not None:
+                out = apply_fixes(self.spark, out, fixes(slices, slice_stats))
             summary.seconds = time.monotonic() - started
             log.info("stage %s (%s, reads %s): %.1f s, %d replayed record(s) read, %d record(s) sent",
                      summary.name, summary.how, ", ".join(reads), summary.seconds, summary.input_records,
@@ -144,16 +154,41 @@ class Stages:
         return run
 
     def _stage(self, component: Sequence[int], rank: int, by_topic: Mapping[str, List[Any]],
-               summary: StageSummary, cached: List[Any]) -> Any:
-        """The stage's emitted rows (:data:`~.arrow_rows.EMITTED_FIELDS`), not computed yet."""
+               summary: StageSummary, cached: List[Any]) -> Tuple[Any, Optional[List[Slice]]]:
+        """The stage's emitted rows (:data:`~.arrow_rows.EMITTED_FIELDS`), not computed yet,
+        and the slices its tasks run in (None: one Spark task per task)."""
         emitted = spark_schema(EMITTED_FIELDS)
         single = self._offset_ordered(component, by_topic)
         if single is not None:
             summary.how = "offset order"
             sub_id, topic = single
+            source = self.sources[topic]
+            slices = self._slices(sub_id, source)
+            if slices is not None:
+                summary.slices = len(slices)
+                return map_in_arrow(self.spark.range(len(slices), numPartitions=len(slices)),
+                                    read_slices_and_run(self.job, sub_id, topic, source, rank, slices),
+                                    emitted), slices
             count = self.job.partitions[topic]
             return map_in_arrow(self.spark.range(count, numPartitions=count),
-                                read_and_run(self.job, sub_id, topic, self.sources[topic], rank), emitted)
+                                read_and_run(self.job, sub_id, topic, source, rank), emitted), None
+        return self._shuffled_stage(component, rank, by_topic, summary, cached), None
+
+    def _slices(self, sub_id: int, source: Any) -> Optional[List[Slice]]:
+        """The slices a stateless stage over ``source`` runs in, or None (see :mod:`.slicing`)."""
+        if self.slice_records == 0 or not sliceable(self.job.topology, self.job.topology.sub_topologies[sub_id]):
+            return None
+        ranges = {}
+        for partition in range(source.partitions()):
+            found = source.offset_range(partition)
+            if found is None:
+                return None
+            ranges[partition] = found
+        return plan_slices(ranges, self.spark.sparkContext.defaultParallelism, self.slice_records)
+
+    def _shuffled_stage(self, component: Sequence[int], rank: int, by_topic: Mapping[str, List[Any]],
+                        summary: StageSummary, cached: List[Any]) -> Any:
+        emitted = spark_schema(EMITTED_FIELDS)
         topics, feed = self._feed(component, by_topic)
         if len(component) > 1:
             summary.how = "cycle"
@@ -222,14 +257,19 @@ class Stages:
         return frame
 
     @staticmethod
-    def _count(out: Any, summary: StageSummary, run: StagesRun) -> Set[Tuple[str, str]]:
+    def _count(out: Any, summary: StageSummary, run: StagesRun) -> Tuple[Set[Tuple[str, str]], List[SliceStat]]:
         """Compute ``out`` (into its kept form) and add up its ``input`` and ``tally`` rows;
-        the (kind, name) pairs it holds."""
+        the (kind, name) pairs it holds, and its ``slice`` rows."""
         from pyspark.sql import functions as F
 
         contents: Set[Tuple[str, str]] = set()
         read: Dict[str, int] = {}
-        for row in out.where(F.col("kind").isin("input", "tally")).select("kind", "name", "sequence").collect():
+        slice_stats: List[SliceStat] = []
+        for row in (out.where(F.col("kind").isin("input", "tally", "slice"))
+                    .select("kind", "name", "partition", "sequence", "pmax", "slice").collect()):
+            if row["kind"] == "slice":
+                slice_stats.append((row["slice"], row["name"], row["partition"], row["sequence"], row["pmax"]))
+                continue
             if row["kind"] == "input":
                 read[row["name"]] = read.get(row["name"], 0) + row["sequence"]
                 continue
@@ -241,7 +281,7 @@ class Stages:
         summary.input_records = sum(read.values())
         for topic, records in read.items():
             run.input_records[topic] = max(run.input_records.get(topic, 0), records)
-        return contents
+        return contents, slice_stats
 
 
 def _external_feed(frame: Any, topic: str, index: int, source: int) -> Any:

@@ -3,6 +3,8 @@
 - :func:`read_topic`: a replayed topic's partitions as :data:`~.arrow_rows.INPUT_FIELDS` batches;
 - :func:`read_and_run`: a stage that reads exactly one replayed topic: each task reads
   its own partition and runs over it in offset order (no input crosses to the JVM);
+- :func:`read_slices_and_run`: the same for a stateless stage, each task in slices of
+  its partition's offsets (:mod:`.slicing`);
 - :func:`run_sorted`: a stage's tasks over their input, sorted into processing order
   by Spark (:mod:`.ordering`); one Spark partition may hold several tasks;
 - :func:`run_cycle`: sub-topologies that feed each other, over their sorted input.
@@ -21,6 +23,7 @@ import pyarrow.compute as pc
 from .arrow_rows import INPUT_SCHEMA, column_values, headers_from_arrow, headers_to_arrow
 from .arrow_map import ArrowMap
 from .ordering import SENDER_RANK, running_max
+from .slicing import Slice
 from .task_runner import ComponentRun, ReplayJob, TaskRun, load_global_tables
 
 Batches = Iterable[Any]
@@ -61,6 +64,36 @@ def read_and_run(job: ReplayJob, sub_id: int, topic: str, source: Any, rank: int
                         yield from rows.take_batches()
                 task.finish(job.dump_stores)
                 rows.add_input_count(topic, partition, task.read.get(topic, 0))
+        rows.add_tallies()
+        yield from rows.take_batches()
+    return run
+
+
+def read_slices_and_run(job: ReplayJob, sub_id: int, topic: str, source: Any, rank: int,
+                        slices: Sequence[Slice]) -> ArrowMap:
+    """For ``spark.range(len(slices))``: slice ``id`` of stateless sub-topology ``sub_id``'s
+    task over its offsets of replayed topic ``topic`` (its only input), from an empty
+    state, ending with its ``slice`` rows (see :mod:`.slicing`)."""
+    def run(batches: Batches) -> Iterator[pa.RecordBatch]:
+        sub = job.topology.sub_topologies[sub_id]
+        rows = job.emitted_rows()
+        for batch in batches:
+            for number in batch.column(0).to_pylist():
+                piece = slices[number]
+                rows.slice = piece.number
+                task = TaskRun(job, sub, piece.partition, rows, rank * SENDER_RANK + piece.partition)
+                for chunk in source.read_range_chunks(piece.partition, piece.start, piece.end):
+                    task.process(topic, chunk)
+                    if rows.full:
+                        yield from rows.take_batches()
+                task.finish(job.dump_stores)
+                rows.add_input_count(topic, piece.partition, task.read.get(topic, 0))
+                for (sent_to, partition), (records, largest) in sorted(task.outputs.sent().items()):
+                    rows.add_slice_stat(f"topic:{sent_to}", partition, records, largest)
+                for name, writer in sorted(task.task.sinks.items()):
+                    rows.add_slice_stat(f"sink:{name}", piece.partition, len(writer.records), -1)
+                rows.add_slice_stat("stream_time", piece.partition, 0, task.task.stream_time)
+                rows.slice = None
         rows.add_tallies()
         yield from rows.take_batches()
     return run

@@ -148,6 +148,10 @@ class _Outputs:
         self.rows = rows
         self._next: Dict[Tuple[str, int], Tuple[int, int]] = {}
 
+    def sent(self) -> Dict[Tuple[str, int], Tuple[int, int]]:
+        """Per (topic, partition) sent to: how many records, and the largest of their timestamps."""
+        return dict(self._next)
+
     def take(self, collector: RecordCollector) -> None:
         add = self.rows.add_topic_records
         for topic, partition, records in collector.drain():

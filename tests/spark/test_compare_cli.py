@@ -145,10 +145,12 @@ def test_cli_compare_of_a_changed_topology_exits_1_and_shows_the_differing_keys(
 
     replay = streamkit("replay", "counter_changed", "--input", f"pageviews={broker}", "--output", str(out),
                        "--master", "local[2]", "--compare", "page-counts", "--compare-with", str(broker),
+                       "--slice-records", "7",  # the stateless first stage in slices: the same answers
                        env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}",
                             "STREAMKIT_BROKER": f"embedded://{tmp_path / 'unused'}"})
 
     assert replay.returncode == 1, replay.stdout + replay.stderr
+    assert re.search(r"\(offset order in \d+ slices, reads pageviews\)", replay.stderr), replay.stderr
     changed_counts = Counter(v["page"].lower() for v in views if v["amount"] > 20)
     differing = {page for page in live_counts if live_counts[page] != changed_counts.get(page)}
     assert differing  # the filter matters
@@ -176,7 +178,8 @@ def test_cli_help_lists_the_options():
     run = streamkit("replay", "--help", timeout=60)
     assert run.returncode == 0, run.stderr
     for option in ("--input TOPIC=SOURCE", "--output DIR", "--master URL", "--allow-approximate",
-                   "--compare TOPIC", "--compare-with SOURCE", "--compare-mode [latest|records]", "--no-stores"):
+                   "--compare TOPIC", "--compare-with SOURCE", "--compare-mode [latest|records]", "--no-stores",
+                   "--slice-records N"):
         assert option in run.stdout, option
 
 
