@@ -53,6 +53,7 @@ import streamkit as sk
 from bench import restore_throughput
 from bench.peers.workload import make_events as peer_events
 from streamkit.runtime.worker import tune_gc_for_streaming
+from streamkit.serdes import compact_json
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
 from streamkit.transport.partitioner import partition_for_key
@@ -71,7 +72,7 @@ def make_events(n: int, seed: int = 42, keys: int = PAGES) -> List[Tuple[bytes, 
     for i in range(n):
         page = f"page-{rng.randrange(keys)}"
         value = {"user": f"user-{rng.randrange(10_000)}", "page": page, "ts": start + i, "amount": rng.randrange(100)}
-        out.append((page.encode(), orjson.dumps(value), start + i))
+        out.append((page.encode(), compact_json(value), start + i))
     return out
 
 
@@ -232,7 +233,7 @@ def make_skewed_user_events(n: int, seed: int = 42, keys: int = PAGES) -> List[T
         name = rng.choice(pools[partition])
         ts = start + 3 * i - (rng.randrange(1, 5_000) if rng.random() < 0.01 else 0)
         value = {"user": name, "page": f"page-{rng.randrange(keys)}", "ts": ts}
-        out.append((name.encode(), orjson.dumps(value), ts))
+        out.append((name.encode(), compact_json(value), ts))
     return out
 
 

@@ -66,6 +66,7 @@ import orjson
 
 import streamkit as sk
 from bench.embedded_throughput import PARTITIONS, ROOT, read_topic, run_worker_process, time_worker
+from streamkit.serdes import compact_json
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
 from streamkit.transport.partitioner import partition_for_key
@@ -88,7 +89,7 @@ def make_customers() -> List[Record]:
     for i in range(CUSTOMERS):
         key = f"cust-{i}"
         value = {"region": f"r{i % REGIONS}", "tier": TIERS[i % len(TIERS)], "name": f"Customer {i}"}
-        out.append((key.encode(), orjson.dumps(value), START - CUSTOMERS + i))
+        out.append((key.encode(), compact_json(value), START - CUSTOMERS + i))
     return out
 
 
@@ -103,7 +104,7 @@ def make_enrichment_events(n: int, seed: int = 42) -> List[Record]:
         else:
             customer = f"cust-{rng.randrange(CUSTOMERS)}"
         value = {"customer": customer, "amount": rng.randrange(1, 10_000) / 100, "ts": START + i}
-        out.append((customer.encode(), orjson.dumps(value), START + i))
+        out.append((customer.encode(), compact_json(value), START + i))
     return out
 
 
@@ -192,7 +193,7 @@ def make_orders_payments(per_side: int, seed: int = 42) -> Tuple[List[Record], L
             ts -= rng.randrange(1, DISORDER_MS)
         amount = rng.randrange(100, 100_000) / 100
         order = {"order": order_id, "customer": f"cust-{rng.randrange(CUSTOMERS)}", "amount": amount, "ts": ts}
-        orders.append((order_id.encode(), orjson.dumps(order), ts))
+        orders.append((order_id.encode(), compact_json(order), ts))
         draw = rng.random()
         if draw < 0.96:
             pay_key, pay_ts = order_id, ts + rng.randint(-NEAR_MS, NEAR_MS)
@@ -208,12 +209,12 @@ def make_orders_payments(per_side: int, seed: int = 42) -> Tuple[List[Record], L
         if rng.random() < 0.01:
             pay_ts -= rng.randrange(1, DISORDER_MS)
         value["ts"] = pay_ts
-        pay_records.append((key, orjson.dumps(value), pay_ts))
+        pay_records.append((key, compact_json(value), pay_ts))
     end = max(orders[-1][2], pay_records[-1][2]) + FLUSH_AFTER_MS
     for p in range(PARTITIONS):
         key = key_in_partition("flush", p)
-        orders.append((key.encode(), orjson.dumps({"order": key, "customer": None, "amount": 0, "ts": end}), end))
-        pay_records.append((key.encode(), orjson.dumps({"order": key, "amount": 0, "ts": end}), end))
+        orders.append((key.encode(), compact_json({"order": key, "customer": None, "amount": 0, "ts": end}), end))
+        pay_records.append((key.encode(), compact_json({"order": key, "amount": 0, "ts": end}), end))
     return orders, pay_records
 
 

@@ -15,9 +15,8 @@ import struct
 import tempfile
 import time
 
-import orjson
 
-from streamkit.serdes import Json
+from streamkit.serdes import Json, compact_json
 from streamkit.state.restore import restore_task_stores
 from streamkit.state.task_stores import open_task_stores
 from streamkit.stores import StoreSpec
@@ -36,7 +35,7 @@ def measure(records: int) -> float:
         stamp = struct.pack(">q", 1_700_000_000_000)
         batch = []
         for i in range(records):
-            batch.append((orjson.dumps(f"key-{i % KEYS}"), stamp + str(i // KEYS + 1).encode(), i, None))
+            batch.append((compact_json(f"key-{i % KEYS}"), stamp + str(i // KEYS + 1).encode(), i, None))
             if len(batch) == 10_000:
                 transport.broker.append(topic, 0, batch)
                 batch = []
