@@ -25,7 +25,9 @@ import importlib
 import logging
 import os
 import platform
+import subprocess
 import sys
+import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from bench.kafka_throughput import open_broker
@@ -166,6 +168,24 @@ def run_restore(args: argparse.Namespace, patterns: Sequence[str]) -> Dict[str, 
     return out
 
 
+def _conditions() -> Dict[str, object]:
+    """When (UTC) and how loaded the machine was (1-minute load average): the figures of
+    one run compare with each other, not with another day's."""
+    return {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_1min": round(os.getloadavg()[0], 2)}
+
+
+def _commit() -> Optional[str]:
+    """The streamkit commit measured (with '+changes' when the work tree differs), or None."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "streamkit", "bench", ":(exclude)bench/results"],
+                               capture_output=True, text=True, cwd=ROOT, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+changes" if dirty else "")) or None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -192,6 +212,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for noisy in ("aiokafka", "kafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
+    started = _conditions()
     results: report.Results = {}
     transactions = run_kafka(args, only, results)
     run_embedded(args, only, results)
@@ -219,7 +240,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "timed": "Kafka: from the first input records handed out by the consumer to the completion of the commit "
                  "covering the last one (outputs acknowledged before it); process start and group join excluded. "
                  "Embedded: from worker start to its last commit.",
-        "scenarios": results, "latency": latency, "restore": restore, "floors": floors})
+        "scenarios": results, "latency": latency, "restore": restore, "floors": floors,
+        "run": {"started": started, "ended": _conditions(), "commit": _commit()}})
     print(f"\n  results written to {os.path.relpath(args.results)}; chart: "
           f"{why_no_chart or os.path.relpath(chart)}")
     return 0
