@@ -14,37 +14,19 @@ What the broker can do is probed, not assumed from which broker it is:
 once per session with plain aiokafka clients (tests/kafka/broker.py). Test topics
 keep their records (``retention.ms=-1``): create them with tests/kafka/topics.py.
 
-Every skip states its reason (``pytest -rs``); the reasons of skipped tests in
-this directory are also repeated in the terminal summary, visible with ``-q``.
+Every skip states its reason, printed in the summary of every run (``-rs`` in
+setup.cfg's addopts, which also works under pytest-xdist).
 """
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Callable, Dict, Iterator, Tuple
+from typing import Callable, Iterator, Tuple
 
 import pytest
 
 from .broker import ENV_VAR, KafkaTestBroker, external_broker, start_tansu, unique_name as _unique_name
 from .certs import generate_test_certs
 from .proxy import FaultProxy, start_tansu_behind_proxy
-
-_HERE = Path(__file__).resolve().parent
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    """Repeat the reasons of skipped Kafka tests, so ``-q`` runs show them too."""
-    reasons: Dict[str, int] = {}
-    root = terminalreporter.config.rootpath
-    for report in terminalreporter.stats.get("skipped", []):
-        path = (root / report.nodeid.split("::")[0]).resolve()
-        if _HERE in path.parents and isinstance(report.longrepr, tuple):
-            reason = report.longrepr[2].removeprefix("Skipped: ")
-            reasons[reason] = reasons.get(reason, 0) + 1
-    if reasons:
-        terminalreporter.section("streamkit kafka: skipped tests")
-        for reason, count in reasons.items():
-            terminalreporter.write_line(f"{count} skipped: {reason}")
 
 
 @pytest.fixture(scope="session")
