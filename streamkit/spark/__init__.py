@@ -1,8 +1,10 @@
 """The Spark backend: replay an app's topology over historical data on Apache Spark.
 
->>> import streamkit as sk                                   # doctest: +SKIP
->>> sk.spark.replay(app, inputs={"pageviews": sk.sources.ParquetArchive("archive/pageviews")},
-...                 output="replay-out")                      # doctest: +SKIP
+Example (``app`` an :class:`~streamkit.App`; not a doctest, it needs Spark)::
+
+    import streamkit as sk
+    sk.spark.replay(app, inputs={"pageviews": sk.sources.ParquetArchive("archive/pageviews")},
+                    output="replay-out")
 
 Needs the ``spark`` extra (pyspark) and Java 17+. See :mod:`.replay` and
 :mod:`.stages` for how a topology becomes Spark stages (rows cross between the JVM
