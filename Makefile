@@ -26,7 +26,8 @@ setup-spark: $(VENV)/.installed-test
 	scripts/ensure-java
 
 test: $(VENV)/.installed-test
-	scripts/ensure-java --optional
+	scripts/ensure-java
+	scripts/ensure-kafka >/dev/null
 	scripts/ensure-chromium --optional
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 

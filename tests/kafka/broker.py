@@ -210,10 +210,16 @@ class KafkaTestBroker:
     """Handle on a running broker (a Tansu process or an external broker)."""
 
     bootstrap: str
+    #: ``"apache-kafka"`` (started by the suite), ``"tansu"`` or ``"external"`` (``STREAMKIT_TEST_KAFKA``).
+    kind: str = "external"
     tls: bool = False
     cafile: Optional[str] = None
+    #: ``(mechanism, username, password)`` on a SASL listener.
+    sasl: Optional[Tuple[str, str, str]] = None
     process: Optional[subprocess.Popen] = None
     log_path: Optional[Path] = None
+    #: The :class:`~tests.kafka.apache_kafka.ApacheKafkaCluster` behind this handle, if the suite started one.
+    cluster: Any = field(default=None, repr=False)
     _cleanups: List[Callable[[], None]] = field(default_factory=list, repr=False)
     _tmpdir: Optional[str] = field(default=None, repr=False)
     _probed: Dict[str, Tuple[bool, str]] = field(default_factory=dict, repr=False)
@@ -254,17 +260,35 @@ class KafkaTestBroker:
 
     @property
     def is_tansu(self) -> bool:
-        return self.process is not None
+        return self.kind == "tansu"
 
     def client_config(self, **overrides: Any) -> dict:
-        """Keyword arguments for aiokafka clients (bootstrap and TLS settings)."""
+        """Keyword arguments for aiokafka clients (bootstrap, TLS and SASL settings)."""
         config: dict = {"bootstrap_servers": self.bootstrap}
         if self.tls:
             from aiokafka.helpers import create_ssl_context
 
-            config.update(security_protocol="SSL", ssl_context=create_ssl_context(cafile=self.cafile))
+            config.update(security_protocol="SASL_SSL" if self.sasl else "SSL",
+                          ssl_context=create_ssl_context(cafile=self.cafile))
+        if self.sasl:
+            mechanism, username, password = self.sasl
+            config.update(sasl_mechanism=mechanism, sasl_plain_username=username, sasl_plain_password=password)
         config.update(overrides)
         return config
+
+    def streamkit_settings(self) -> Dict[str, Any]:
+        """The App/transport settings (``security_protocol``, ``ssl_cafile``, ``sasl_*``) that reach this broker."""
+        settings: Dict[str, Any] = {}
+        if self.tls:
+            settings.update(security_protocol="SASL_SSL" if self.sasl else "SSL", ssl_cafile=self.cafile)
+        if self.sasl:
+            mechanism, username, password = self.sasl
+            settings.update(sasl_mechanism=mechanism, sasl_username=username, sasl_password=password)
+        return settings
+
+    def streamkit_env(self) -> Dict[str, str]:
+        """:meth:`streamkit_settings` as ``STREAMKIT_KAFKA_*`` environment variables, for workers and the CLI."""
+        return {f"STREAMKIT_KAFKA_{key.upper()}": str(value) for key, value in self.streamkit_settings().items()}
 
     def group_config(self, **overrides: Any) -> dict:
         """:meth:`client_config` plus group timeouts that keep rebalances short.
@@ -432,7 +456,7 @@ def start_tansu(*, port: Optional[int] = None, advertised_port: Optional[int] = 
         advertised = advertised_port if advertised_port is not None else listen
         log_offset = log_path.stat().st_size if log_path.exists() else 0
         process = _spawn_tansu(listen, advertised, log_path)
-        broker = KafkaTestBroker(bootstrap=f"{HOST}:{advertised}", tls=tls_proxy is not None,
+        broker = KafkaTestBroker(bootstrap=f"{HOST}:{advertised}", kind="tansu", tls=tls_proxy is not None,
                                  cafile=str(cafile) if cafile is not None else None,
                                  process=process, log_path=log_path)
         broker._tmpdir = tmpdir

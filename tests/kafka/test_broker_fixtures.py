@@ -1,7 +1,8 @@
 """The broker fixtures against real aiokafka clients, and Tansu's capabilities.
 
-Tests marked ``tansu_only`` pin down Tansu limitations documented in
-``tests/kafka/broker.py``; they skip against an external broker.
+The tests taking ``kafka`` run on the session's Apache Kafka (or ``STREAMKIT_TEST_KAFKA``);
+the tests taking ``tansu`` run on a Tansu of their own and pin down the limitations
+documented in ``tests/kafka/broker.py`` (the suite's Kafka-compatible-broker smoke test).
 """
 from __future__ import annotations
 
@@ -28,14 +29,6 @@ from .broker import (KEEP_RECORDS, TANSU_NO_DELETE_RECORDS, TANSU_NO_OFFSET_META
 from .certs import generate_test_certs
 
 TIMEOUT = 15
-
-
-@pytest.fixture
-def tansu(kafka: KafkaTestBroker) -> KafkaTestBroker:
-    """``kafka`` when it is Tansu (tests pinning Tansu-specific behaviour)."""
-    if not kafka.is_tansu:
-        pytest.skip("pins Tansu-specific behaviour; the session broker is external")
-    return kafka
 
 
 @contextlib.asynccontextmanager
@@ -89,8 +82,8 @@ def test_broker_handle(kafka):
     host, port = kafka.bootstrap.rsplit(":", 1)
     assert (kafka.host, kafka.port) == (host, int(port))
     assert not kafka.tls and kafka.cafile is None
-    if kafka.is_tansu:
-        assert kafka.process.poll() is None
+    if kafka.kind == "apache-kafka":
+        assert all(node.running for node in kafka.cluster.nodes)
         assert kafka.host == "127.0.0.1"
 
 
@@ -293,9 +286,13 @@ def test_capability_probes_find_what_tansu_lacks(tansu):
     assert tansu.supports("delete_records") is delete_records  # probed once per broker
 
 
-def test_transactional_kafka_fixture_skips_on_tansu(tansu, request):
-    with pytest.raises(pytest.skip.Exception, match="InitProducerId"):
-        request.getfixturevalue("transactional_kafka")
+def test_the_suites_broker_has_every_capability_tansu_lacks(kafka):
+    """What the Kafka tests need is there: no Kafka test may skip for a broker capability."""
+    if kafka.kind == "external":
+        pytest.skip(f"{kafka.bootstrap} is an external broker: its capabilities are its own")
+    assert kafka.kind == "apache-kafka"
+    for capability in ("transactions", "delete_records", "offset_metadata"):
+        assert kafka.supports(capability) == (True, ""), capability
 
 
 def test_transaction_commits_atomically(transactional_kafka, unique_name):

@@ -47,8 +47,7 @@ def kafka_transport(broker: KafkaTestBroker, **settings: Any) -> Iterator[KafkaT
     client = os.environ.get("STREAMKIT_KAFKA_CLIENT", "").strip()
     if client:
         settings = {"kafka_client": client, **settings}
-    if broker.tls:
-        settings = {"security_protocol": "SSL", "ssl_cafile": broker.cafile, **settings}
+    settings = {**broker.streamkit_settings(), **settings}
     config = KafkaClientConfig.from_sources(broker.url, app_settings=settings, environ={})
     transport = KafkaTransport(config)
     try:

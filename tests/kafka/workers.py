@@ -59,8 +59,7 @@ class KafkaApp:
                "STREAMKIT_BROKER": self.broker.url,
                "STREAMKIT_KAFKA_SESSION_TIMEOUT_MS": "6000",
                "STREAMKIT_KAFKA_HEARTBEAT_INTERVAL_MS": "1000"}
-        if self.broker.tls:
-            env.update(STREAMKIT_KAFKA_SECURITY_PROTOCOL="SSL", STREAMKIT_KAFKA_SSL_CAFILE=str(self.broker.cafile))
+        env.update(self.broker.streamkit_env())
         env.update(self.extra_env)
         env.update(more)
         return env
