@@ -68,10 +68,10 @@ def test_a_zombie_worker_is_fenced(transactional_kafka, tmp_path, unique_name) -
     _exactly_once(app, expected, 20_000)
 
 
-def test_exactly_once_needs_a_transactional_broker(kafka, tmp_path, unique_name) -> None:
-    if kafka.supports_transactions:
-        pytest.skip("this broker supports transactions: the failure path cannot be shown on it")
-    app = KafkaApp(kafka, tmp_path, unique_name("eos-refused"))
+def test_exactly_once_needs_a_transactional_broker(tansu, tmp_path, unique_name) -> None:
+    """On a Kafka-compatible broker without transactions (Tansu) exactly_once refuses to start."""
+    assert not tansu.supports_transactions
+    app = KafkaApp(tansu, tmp_path, unique_name("eos-refused"))
     app.produce_events(10)
     done = app.cli("worker", app.module, *EOS, "--until-idle", "2", "--state-dir", str(tmp_path / "s"))
     assert done.returncode == 1
