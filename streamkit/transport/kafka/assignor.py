@@ -4,14 +4,14 @@ Kafka's own assignors hand out partitions one by one; a streamkit task reads one
 partition of every input topic of its sub-topology (co-partitioned), so the
 leader assigns tasks and gives each member all of its tasks' input partitions.
 Members tell the leader (in their JoinGroup user data) which tasks they ran and
-which they hold local state for; the leader keeps tasks where they were, then
-places them where their state is, then balances. Standby tasks go to other
+which they hold local state for; the leader balances stateful and stateless tasks
+each on its own and, within those quotas, keeps tasks where they were, then places
+them where their state is, then on the least loaded. Standby tasks go to other
 members than the active one, preferring members that already hold the state.
 """
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -88,43 +88,38 @@ def assign_tasks(tasks: Sequence[str], members: Mapping[str, MemberState],
     """Place every task on one member, and up to ``standby_replicas`` standbys of each
     ``stateful`` task (default: all) on others.
 
-    Balanced to within one task; a task stays with its previous owner while that keeps
-    the balance, else goes to a member holding its state, else to the least loaded.
+    Stateful and stateless tasks are balanced each on its own, as in Kafka Streams' task
+    assignors: of S stateful tasks over n members every member runs ⌊S/n⌋ or ⌈S/n⌉,
+    then the stateless ones even out the total, so every member runs ⌊T/n⌋ or ⌈T/n⌉ of
+    all T tasks. Balancing only the total would let a member that kept its stateless
+    tasks push every stateful task (all the state, restores and queries) onto another.
+    Within those quotas a task stays with its previous owner, else goes to a member
+    holding its state, else to the least loaded.
     """
     member_ids = sorted(members)
     if not member_ids:
         return {}
-    capacity = math.ceil(len(tasks) / len(member_ids)) if tasks else 0
+    with_state = set(tasks if stateful is None else stateful)
+    stateful_tasks = [t for t in tasks if t in with_state]
+    stateless_tasks = [t for t in tasks if t not in with_state]
     active: Dict[str, List[str]] = {m: [] for m in member_ids}
     owner: Dict[str, str] = {}
 
-    def least_loaded(candidates: Iterable[str]) -> str:
-        return min(candidates, key=lambda m: (len(active[m]), m))
+    def ran(member: str, of: Sequence[str]) -> int:
+        return sum(1 for t in of if t in members[member].active)
 
-    for task in tasks:  # 1. stay where it ran
-        previous = [m for m in member_ids if task in members[m].active and len(active[m]) < capacity]
-        if previous:
-            chosen = least_loaded(previous)
-            active[chosen].append(task)
-            owner[task] = chosen
-    for task in tasks:  # 2. go where its state is
-        if task in owner:
-            continue
-        holders = [m for m in member_ids if task in members[m].local and len(active[m]) < capacity]
-        if holders:
-            chosen = least_loaded(holders)
-            active[chosen].append(task)
-            owner[task] = chosen
-    for task in tasks:  # 3. balance the rest
-        if task not in owner:
-            chosen = least_loaded(member_ids)
-            active[chosen].append(task)
-            owner[task] = chosen
+    # 1. stateful: the members that ran the most of them (then hold the most state) get the larger share
+    stateful_quota = _shares(len(stateful_tasks), member_ids, lambda m: (
+        ran(m, stateful_tasks), sum(1 for t in stateful_tasks if t in members[m].local)))
+    _place(stateful_tasks, stateful_quota, members, active, owner)
+    # 2. stateless: the larger total shares go first to the members with the larger stateful share;
+    # there are at least as many larger total shares as larger stateful ones, so no quota is negative
+    total_quota = _shares(len(tasks), member_ids, lambda m: (len(active[m]), ran(m, stateless_tasks)))
+    _place(stateless_tasks, {m: total_quota[m] - len(active[m]) for m in member_ids}, members, active, owner)
 
     standby: Dict[str, List[str]] = {m: [] for m in member_ids}
     replicas = min(standby_replicas, len(member_ids) - 1)
-    with_state = set(tasks if stateful is None else stateful)
-    for task in (t for t in tasks if t in with_state):
+    for task in stateful_tasks:
         placed: Set[str] = {owner[task]}
         for _ in range(replicas):
             candidates = [m for m in member_ids if m not in placed]
@@ -134,6 +129,39 @@ def assign_tasks(tasks: Sequence[str], members: Mapping[str, MemberState],
             standby[chosen].append(task)
             placed.add(chosen)
     return {m: TaskAssignment(frozenset(active[m]), frozenset(standby[m])) for m in member_ids}
+
+
+def _shares(count: int, member_ids: Sequence[str], preference: Callable[[str], Tuple[int, ...]]) -> Dict[str, int]:
+    """Split ``count`` tasks into per-member quotas of ⌊count/n⌋ or ⌈count/n⌉; the larger
+    ones go to the members ``preference`` ranks highest (ties by member id)."""
+    base, extra = divmod(count, len(member_ids))
+    ranked = sorted(member_ids, key=lambda m: (tuple(-p for p in preference(m)), m))
+    return {m: base + (1 if rank < extra else 0) for rank, m in enumerate(ranked)}
+
+
+def _place(tasks: Sequence[str], quota: Mapping[str, int], members: Mapping[str, MemberState],
+           active: Dict[str, List[str]], owner: Dict[str, str]) -> None:
+    """Give each member ``quota[member]`` of ``tasks`` (the quotas add up to their number):
+    each stays with a member that ran it, else goes to one holding its state, else to the
+    least loaded, among the members below their quota."""
+    taken = {m: 0 for m in quota}
+
+    def put(task: str, candidates: Iterable[str]) -> None:
+        open_ = [m for m in candidates if taken[m] < quota[m]]
+        if open_:
+            chosen = min(open_, key=lambda m: (len(active[m]), m))
+            active[chosen].append(task)
+            owner[task] = chosen
+            taken[chosen] += 1
+
+    for task in tasks:  # 1. stay where it ran
+        put(task, (m for m in quota if task in members[m].active))
+    for task in tasks:  # 2. go where its state is
+        if task not in owner:
+            put(task, (m for m in quota if task in members[m].local))
+    for task in tasks:  # 3. balance the rest
+        if task not in owner:
+            put(task, quota)
 
 
 @dataclass
