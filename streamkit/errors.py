@@ -85,3 +85,14 @@ class ProducerUnusableError(StreamkitError):
     broker aborts it (``transaction_timeout_ms``) or a new producer with the same
     transactional id starts (its InitProducerId aborts it at once). Restart the task with a
     new producer."""
+
+
+class AuthenticationError(StreamkitError):
+    """The broker refused this client's credentials, or the client's security settings do
+    not match the listener (TLS or SASL expected, certificate not trusted). Retrying cannot
+    help: the message says which setting to change."""
+
+
+class AuthorizationError(StreamkitError):
+    """The broker's authorizer refused an operation (no ACL for it): the message names the
+    resource (topic, group, transactional id), the operation and the principal."""

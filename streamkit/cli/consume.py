@@ -107,7 +107,10 @@ async def _consume(transport, topic: str, partitions: int, group: Optional[str],
                    max_records: Optional[int], timeout: Optional[float], read_committed: bool,
                    serdes: Tuple[Optional[Serde], Optional[Serde]] = (None, None)) -> int:
     key_serde, value_serde = serdes
-    consumer = transport.consumer(group or "streamkit-console", read_committed=read_committed)
+    # Without --group no group is involved at all: on a secured cluster reading needs no group ACL.
+    reader = getattr(transport, "reader", None)
+    consumer = transport.consumer(group or "streamkit-console", read_committed=read_committed) \
+        if group or reader is None else reader(read_committed=read_committed)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     positions = await consumer.committed(tps) if group else {}
     for tp in tps:

@@ -10,14 +10,15 @@ from aiokafka import TopicPartition as KafkaTopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.metadata import MetadataRequest
-from aiokafka.errors import (CommitFailedError, IncompatibleBrokerVersion, KafkaConnectionError, KafkaError,
-                             OffsetOutOfRangeError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
+from aiokafka.errors import (CommitFailedError, GroupAuthorizationFailedError, IncompatibleBrokerVersion,
+                             KafkaConnectionError, KafkaError, OffsetOutOfRangeError, TopicAlreadyExistsError,
+                             TopicAuthorizationFailedError, UnknownTopicOrPartitionError,
                              NodeNotReadyError, RequestTimedOutError, UnsupportedVersionError, for_code)
 
 from ...errors import BrokerUnavailableError, ConfigError, StreamkitError
 from ..base import Admin, PartitionOffsets, TopicMetadata, TopicPartition
 from .config import KafkaClientConfig
-from .connect import quietly, start_with_retry
+from .connect import authorization_error, quietly, refused, start_with_retry
 from .no_auto_create import no_topic_auto_creation
 from .loop_thread import BackgroundLoop
 
@@ -57,7 +58,7 @@ class KafkaAdmin(Admin):
                 await quietly(client.close())
                 raise
             self._client = client
-        await start_with_retry(start, self._servers, self._config.connect_timeout_s, "admin")
+        await start_with_retry(start, self._servers, self._config.connect_timeout_s, "admin", self._config)
         assert self._client is not None
         self._offsets = no_topic_auto_creation(AIOKafkaConsumer(
             **self._config.consumer_kwargs(), enable_auto_commit=False, isolation_level="read_uncommitted"))
@@ -95,6 +96,8 @@ class KafkaAdmin(Admin):
                 if not exist_ok:
                     raise ConfigError(f"topic '{topic}' already exists on {self._servers}")
                 break
+            if error is TopicAuthorizationFailedError:
+                raise refused(self._config, "topic", f"to create topic '{topic}' (CREATE)", message or error.__name__)
             raise StreamkitError(f"creating topic '{topic}' ({partitions} partition(s), replication "
                                  f"{replication}, config {config}) on {self._servers} failed: "
                                  f"{error.__name__}: {message or ''}".rstrip(": "))
@@ -144,6 +147,7 @@ class KafkaAdmin(Admin):
         for entry in response.to_object()["topics"]:
             if entry.get("topic") != name:
                 continue
+            self._check_described(entry)
             if entry.get("error_code", 0) != 0 or not entry.get("partitions"):
                 return None
             return TopicMetadata(name, len(entry["partitions"]), await self._topic_config(name))
@@ -173,9 +177,17 @@ class KafkaAdmin(Admin):
                 await asyncio.sleep(0.5)
         counts: Dict[str, Optional[int]] = {name: None for name in topics}
         for entry in response.to_object()["topics"]:
+            self._check_described(entry)
             if entry.get("error_code", 0) == 0 and entry.get("partitions"):
                 counts[entry["topic"]] = len(entry["partitions"])
         return counts
+
+    def _check_described(self, entry: Mapping[str, Any]) -> None:
+        """A metadata answer's topic entry: refused (no DESCRIBE, which READ and WRITE imply)
+        is an AuthorizationError, not a missing topic (Kafka does not say whether it exists)."""
+        if entry.get("error_code", 0) == TopicAuthorizationFailedError.errno:
+            raise refused(self._config, "topic", f"to describe topic '{entry.get('topic')}' (DESCRIBE)",
+                          "TOPIC_AUTHORIZATION_FAILED")
 
     async def _topic_config(self, name: str) -> Dict[str, str]:
         admin = await self._admin()
@@ -187,6 +199,9 @@ class KafkaAdmin(Admin):
         for response in responses:
             for resource in response.resources:
                 # (error_code, error_message, type, name, config_entries)
+                if resource[0] != 0:
+                    log.info("configs of topic '%s' not readable (%s: %s; DESCRIBE_CONFIGS): reported as none",
+                             name, for_code(resource[0]).__name__, resource[1] or "")
                 for entry in resource[4]:
                     key, value, is_default = entry[0], entry[1], _is_default(entry)
                     if value is not None and not is_default:
@@ -236,6 +251,9 @@ class KafkaAdmin(Admin):
         admin = await self._admin()
         try:
             offsets = await admin.list_consumer_group_offsets(group)
+        except GroupAuthorizationFailedError as exc:
+            raise refused(self._config, "group", f"to describe group '{group}' (DESCRIBE)",
+                          f"{type(exc).__name__}: {exc}") from None
         except (KafkaError, ValueError) as exc:
             # Some Kafka-compatible brokers answer the all-partitions OffsetFetch in a form
             # aiokafka cannot decode: ask partition by partition instead.
@@ -331,6 +349,9 @@ class KafkaAdmin(Admin):
             raise StreamkitError(f"cannot delete records of {where} on {self._servers}: the topic or "
                                  "partition does not exist") from None
         except KafkaError as exc:
+            refusal = authorization_error(exc, self._config, f"to delete records of {where} (DELETE)")
+            if refusal is not None:
+                raise refusal from None
             raise StreamkitError(f"deleting records of {where} on {self._servers} failed: "
                                  f"{type(exc).__name__}: {exc}") from None
 

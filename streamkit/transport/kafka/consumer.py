@@ -5,11 +5,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTopicPartition
+from aiokafka.errors import KafkaError
 
 from ...errors import StreamkitError
 from ..base import Consumer, FetchedBatch, TopicPartition
 from .config import KafkaClientConfig
-from .connect import start_with_retry
+from .connect import authorization_error, start_with_retry
 from .no_auto_create import no_topic_auto_creation
 from .records import Lost, fetch_batches
 
@@ -21,6 +22,7 @@ class KafkaAssignedConsumer(Consumer):
 
     def __init__(self, config: KafkaClientConfig, group: Optional[str], read_committed: bool) -> None:
         self._group = group
+        self._config = config
         self._servers = ",".join(config.bootstrap_servers)
         self._connect_timeout = config.connect_timeout_s
         self._kafka = no_topic_auto_creation(AIOKafkaConsumer(
@@ -58,7 +60,8 @@ class KafkaAssignedConsumer(Consumer):
 
     async def _prepare(self) -> None:
         if not self._started:
-            await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer")
+            await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer",
+                                   self._config)
             self._started = True
         if self._assignment_changed:
             # assign() starts a new subscription and forgets every position: seek them back.
@@ -79,8 +82,11 @@ class KafkaAssignedConsumer(Consumer):
         if not self._assigned:
             return []
         await self._prepare()
-        out = await fetch_batches(self._kafka, max_wait, f"reading {describe_partitions(self._assigned)}",
-                                  self._lost)
+        what = f"reading {describe_partitions(self._assigned)}"
+        try:
+            out = await fetch_batches(self._kafka, max_wait, what, self._lost)
+        except StreamkitError as exc:
+            raise self._refused(exc.__cause__, f"{what} (READ)") or exc
         # The position can be past the last record (transaction markers, aborted data).
         for tp in self._assigned:
             self._positions[tp] = await self._kafka.position(KafkaTopicPartition(*tp))
@@ -93,13 +99,21 @@ class KafkaAssignedConsumer(Consumer):
         if self._group is None:
             raise StreamkitError("this consumer has no group: nothing to commit offsets for")
         await self._prepare()
-        await self._kafka.commit(kafka_offsets(offsets, metadata))
+        try:
+            await self._kafka.commit(kafka_offsets(offsets, metadata))
+        except KafkaError as exc:
+            raise self._refused(exc, f"committing offsets for group '{self._group}' (READ)") or exc
+
+    def _refused(self, exc: Optional[BaseException], action: str) -> Optional[StreamkitError]:
+        """``exc`` as an AuthorizationError naming the principal, if the authorizer refused it."""
+        return authorization_error(exc, self._config, action) if exc is not None else None
 
     async def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
         if self._group is None:
             return {}
         if not self._started:
-            await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer")
+            await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer",
+                                   self._config)
             self._started = True
         return await committed_offsets(self._kafka, partitions)
 

@@ -41,7 +41,7 @@ from aiokafka.errors import (IllegalOperation, InvalidProducerEpoch, InvalidTran
 from ...errors import ConfigError, ProducerUnusableError, StreamkitError, TaskMigratedError
 from ..base import OutgoingRecord, Producer, TopicPartition
 from .config import KafkaClientConfig
-from .connect import quietly, start_with_retry
+from .connect import authorization_error, quietly, start_with_retry
 from .no_auto_create import no_topic_auto_creation
 from .consumer import kafka_offsets, stop_soon
 
@@ -72,6 +72,7 @@ class KafkaProducer(Producer):
             kwargs["enable_idempotence"] = True
             kwargs["transaction_timeout_ms"] = config.transaction_timeout_ms
         self._kafka = no_topic_auto_creation(AIOKafkaProducer(**kwargs))
+        self._config = config
         self._servers = ",".join(config.bootstrap_servers)
         self._connect_timeout = config.connect_timeout_s
         self.transactional_id = transactional_id
@@ -100,7 +101,7 @@ class KafkaProducer(Producer):
             return
         try:
             await start_with_retry(self._kafka.start, self._servers, self._connect_timeout,
-                                   f"producer {self.transactional_id or ''}".rstrip())
+                                   f"producer {self.transactional_id or ''}".rstrip(), self._config)
         except UnknownError as exc:
             if self.transactional_id is None:
                 raise
@@ -114,6 +115,14 @@ class KafkaProducer(Producer):
                 f"Kafka at {self._servers} refused transaction_timeout_ms={self.transaction_timeout_ms} for "
                 f"producer {self.transactional_id}: it is above the broker's transaction.max.timeout.ms "
                 f"(900000 by default); lower transaction_timeout_ms or raise the broker's limit") from None
+        except KafkaError as exc:
+            refusal = authorization_error(exc, self._config, f"to start a producer with transactional id "
+                                          f"'{self.transactional_id}' (WRITE)" if self.transactional_id else
+                                          "to start a producer")
+            if refusal is None:
+                raise
+            await quietly(self._kafka.stop())
+            raise refusal from None
         self._started = True
 
     @property
@@ -204,6 +213,9 @@ class KafkaProducer(Producer):
         if isinstance(exc, _FENCED):
             return self._fenced(exc)
         where = _where(batches)
+        refusal = authorization_error(exc, self._config, f"producing to {where} (WRITE)")
+        if refusal is not None:
+            return refusal
         if isinstance(exc, UnknownTopicOrPartitionError):
             return StreamkitError(f"producing to {where} on {self._servers} failed: the topic does not exist "
                                   f"(deleted while the worker ran?): {exc}")
@@ -331,6 +343,9 @@ class KafkaProducer(Producer):
     def _transaction_failure(self, step: str, exc: BaseException) -> Exception:
         if isinstance(exc, _FENCED):
             return self._fenced(exc)
+        refusal = authorization_error(exc, self._config, f"{step} a transaction of producer {self.transactional_id}")
+        if refusal is not None:
+            return refusal
         return StreamkitError(f"{step} a transaction of producer {self.transactional_id} on {self._servers} "
                               f"failed: {type(exc).__name__}: {exc}")
 
