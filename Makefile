@@ -24,10 +24,12 @@ demo: $(VENV)/.installed
 
 setup-spark: $(VENV)/.installed-test
 	scripts/ensure-java
+	scripts/ensure-spark-kafka
 
 test: $(VENV)/.installed-test
 	scripts/ensure-java
 	scripts/ensure-kafka >/dev/null
+	scripts/ensure-spark-kafka >/dev/null
 	scripts/ensure-chromium --optional
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 

@@ -8,8 +8,8 @@ each executor reads its own partitions (nothing passes through the driver):
   and values are JSON; they are re-encoded with the replayed topic's serdes, bound as
   the worker binds them (a registry serde registers or looks up its schema under the
   topic's subject, from the executor, and writes Confluent's wire format).
-- :class:`KafkaTopic`: a Kafka topic through Spark's Kafka source (needs the
-  ``spark-sql-kafka`` package on Spark's classpath).
+- :class:`KafkaTopic`: a Kafka topic through Spark's Kafka source, ``read_committed``
+  (needs the ``spark-sql-kafka-0-10`` jars on Spark's classpath: see :mod:`.kafka_input`).
 
 ``parse_input("DIR")``, ``"archive:DIR"``, ``"files:GLOB"``, ``"kafka:HOST:PORT"`` turn
 the CLI's ``--input TOPIC=SOURCE`` into one of these.
@@ -186,9 +186,10 @@ def _reencoder(serde: Optional[Serde]) -> Any:
 
 @dataclass(frozen=True)
 class KafkaTopic:
-    """``topic`` on the Kafka cluster at ``bootstrap``, read with Spark's Kafka source
-    (``spark.read.format("kafka")``: the ``spark-sql-kafka-0-10`` package must be on
-    Spark's classpath, e.g. ``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>``)."""
+    """``topic`` on the Kafka cluster at ``bootstrap``, read whole with Spark's Kafka source
+    (``spark.read.format("kafka")``), committed records only, as a worker reads it. The
+    ``spark-sql-kafka-0-10`` jars must be on Spark's classpath: ``scripts/ensure-spark-kafka``
+    fetches them and ``STREAMKIT_SPARK_JARS`` points :func:`~.session.get_session` at them."""
 
     bootstrap: str
     topic: str

@@ -6,17 +6,16 @@
 - a record that fails processing under the default "fail" handler fails the replay
   with its topic, partition and offset in the error;
 - inputs: JSON-lines files given as a topic's input, an app's own ``b.stream(Files)``
-  source, Kafka (only where Spark has its Kafka source);
+  source, a topic on the suite's Apache Kafka (Spark's Kafka source: tests/spark/test_kafka_replay.py
+  has the rest);
 - outputs: an embedded broker as the output, external sinks (written as Parquet,
   never called), final store contents.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
-import warnings
 from datetime import timedelta
 from typing import Any, Dict, List, Tuple
 
@@ -303,67 +302,38 @@ def test_final_store_contents_equal_the_drivers_store(spark, tmp_path):
 # -- inputs: Kafka ------------------------------------------------------------------------------------------------
 
 
-def _kafka_unavailable_reasons(spark: Any) -> List[str]:
-    reasons = []
-    try:
-        jvm = spark._jvm
-        jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
-            "kafka", spark._jsparkSession.sessionState().conf())
-    except Exception as exc:  # noqa: BLE001 - any failure to find it is the reason to skip
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        reasons.append(f"spark-sql-kafka is not on Spark's classpath: Spark cannot load the 'kafka' data source "
-                       f"({first[:200]}); start Spark with --packages "
-                       f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}")
-    if importlib.util.find_spec("streamkit.spark.kafka_input") is None:
-        reasons.append("streamkit.spark.kafka_input does not exist (the replay imports read_kafka and "
-                       "kafka_partition_count from it for sk.spark.KafkaTopic inputs)")
-    return reasons
-
-
-def test_kafka_input_matches_the_driver(spark, tmp_path):
-    reasons = _kafka_unavailable_reasons(spark)
-    if reasons:
-        reason = "; ".join(reasons)
-        warnings.warn(f"Kafka input replay not tested: {reason}", pytest.PytestWarning)  # shown by -q too
-        pytest.skip(reason)
-    import asyncio
-
+def test_kafka_input_matches_the_driver(spark_kafka, kafka, unique_name, tmp_path):
+    """A topic on the suite's Apache Kafka, read by the replay through Spark's Kafka source
+    (scripts/ensure-spark-kafka's jars): the driver's answers, key by key."""
     from streamkit.spark import KafkaTopic
-    from streamkit.transport.factory import open_transport
 
-    from ..kafka.broker import ENV_VAR, KEEP_RECORDS, external_broker, start_tansu, unique_name
+    from ..kafka.broker import run_sync
+    from ..kafka.topics import create_test_topic, kafka_transport
 
-    external = os.environ.get(ENV_VAR, "").strip()
-    kafka = external_broker(external) if external else start_tansu(log_path=tmp_path / "tansu.log")
-    try:
-        topic = unique_name("replay-in")
-        app = sk.App("kafka-input", caching=False)
-        app.topic(topic, key_serde=sk.serdes.String(), value_serde=sk.serdes.Json())
-        app.topology(lambda b: b.stream(topic).group_by_key().count(name="counts").to_stream().to("out"))
-        records = random_records(9, 200, topic=topic)
-        transport = open_transport(kafka.url)
-        try:
-            transport.admin.create_topic(topic, 2, dict(KEEP_RECORDS), exist_ok=True)  # old timestamps kept
-            spec = app.build().topics[topic]
-            batches: Dict[int, list] = {}
-            for _t, key, value, ts in records:
-                kb = spec.key_serde.serialize(key)
-                batches.setdefault(partition_for_key(kb, 2), []).append((kb, spec.value_serde.serialize(value), ts,
-                                                                         None))
+    topic = unique_name("replay-in")
+    app = sk.App("kafka-input", caching=False)
+    app.topic(topic, key_serde=sk.serdes.String(), value_serde=sk.serdes.Json())
+    app.topology(lambda b: b.stream(topic).group_by_key().count(name="counts").to_stream().to("out"))
+    records = random_records(9, 200, topic=topic)
+    spec = app.build().topics[topic]
+    batches: Dict[int, list] = {}
+    for _t, key, value, ts in records:
+        kb = spec.key_serde.serialize(key)
+        batches.setdefault(partition_for_key(kb, 2), []).append((kb, spec.value_serde.serialize(value), ts, None))
+    with kafka_transport(kafka) as transport:
+        create_test_topic(transport.admin, topic, 2)                   # old timestamps kept
 
-            async def send() -> None:
-                producer = transport.producer()
+        async def send() -> None:
+            producer = transport.producer()
+            try:
                 await producer.send([(topic, p, recs) for p, recs in sorted(batches.items())])
                 await producer.flush()
+            finally:
                 await producer.aclose()
-            asyncio.run(send())
-        finally:
-            transport.close()
-        out = str(tmp_path / "out")
-        replay(app, inputs={topic: KafkaTopic(kafka.bootstrap, topic)}, output=out, spark=spark)
-        replayed = read_replayed_topic(app, out, "out")
-        driven = driver_outputs(app, records)["out"]
-        assert per_key(replayed) == per_key(driven)                    # 2 partitions: Kafka orders per key
-        assert len(replayed) == len(records)
-    finally:
-        kafka.stop()
+        run_sync(send)
+    out = str(tmp_path / "out")
+    replay(app, inputs={topic: KafkaTopic(kafka.bootstrap, topic)}, output=out, spark=spark_kafka)
+    replayed = read_replayed_topic(app, out, "out")
+    driven = driver_outputs(app, records)["out"]
+    assert per_key(replayed) == per_key(driven)                        # 2 partitions: Kafka orders per key
+    assert len(replayed) == len(records)

@@ -19,9 +19,10 @@ from the test process) shows the serdes reach it from the executors by URL and a
 for a schema id once per Python worker process, not per record.
 
 Also: a JSON-lines file as the input (values encoded with the registry serde in the
-executors) gives the same bytes; a Kafka input (skipped, saying why, where Spark has
-no Kafka source); bound serdes pickle without caches or clients; in-memory registries
-and client objects that cannot pickle are refused before Spark runs.
+executors) gives the same bytes; an Avro topic on the suite's Apache Kafka, read with
+Spark's Kafka source, gives the driver's answers; bound serdes pickle without caches or
+clients; in-memory registries and client objects that cannot pickle are refused before
+Spark runs.
 """
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ import json
 import os
 import random
 import threading
-import warnings
 from datetime import timedelta
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -367,58 +367,45 @@ def test_an_http_registry_is_reached_by_url_once_per_schema_not_per_record(spark
                 sorted(r for recs in replayed[topic].values() for r in recs), topic
 
 
-def test_kafka_input_of_an_avro_topic(spark: Any, tmp_path: Any) -> None:
-    """An Avro topic on Kafka (Tansu), written with the ids of the app's registry (the
-    embedded one on the app's broker directory): the replay reads it with Spark's Kafka
+def test_kafka_input_of_an_avro_topic(spark_kafka: Any, kafka: Any, unique_name: Any, tmp_path: Any) -> None:
+    """An Avro topic on the suite's Apache Kafka, written with the ids of the app's registry
+    (the embedded one on the app's broker directory): the replay reads it with Spark's Kafka
     source, the executors decode it with that registry, and the answers are the driver's.
-    (The registry stays on the embedded broker: a registry on a Kafka that the test then
-    stops would leave the process's shared registry client polling a dead broker.)"""
-    from .test_replay_fidelity import _kafka_unavailable_reasons
-
-    reasons = _kafka_unavailable_reasons(spark)
-    if reasons:
-        reason = "; ".join(reasons)
-        warnings.warn(f"Kafka input of registry topics not replayed: {reason}", pytest.PytestWarning)
-        pytest.skip(reason)
+    (The registry stays on the embedded broker: the session's Kafka outlives the test, and
+    the process's shared registry client would keep a registry there polled.)"""
     from streamkit.spark import KafkaTopic
-    from streamkit.transport.factory import open_transport
 
-    from ..kafka.broker import ENV_VAR, KEEP_RECORDS, external_broker, start_tansu, unique_name
+    from ..kafka.broker import run_sync
+    from ..kafka.topics import create_test_topic, kafka_transport
 
-    external = os.environ.get(ENV_VAR, "").strip()
-    kafka = external_broker(external) if external else start_tansu(log_path=tmp_path / "tansu.log")
-    try:
-        topic = unique_name("avro-orders")
-        app = orders_app("avro", "avro-kafka", f"embedded://{tmp_path / 'broker'}", source=topic)
-        records = order_records("avro", 60)
-        spec = bind_serdes(app.build(), app.resolve_broker()).topics[topic]
-        batches: Dict[int, list] = {}
-        for user, value, ts in records:
-            key = spec.key_serde.serialize(user)
-            batches.setdefault(partition_for_key(key, PARTITIONS), []).append(
-                (key, spec.value_serde.serialize(value), ts, None))
-        transport = open_transport(kafka.url)
-        try:
-            transport.admin.create_topic(topic, PARTITIONS, dict(KEEP_RECORDS), exist_ok=True)
+    topic = unique_name("avro-orders")
+    app = orders_app("avro", "avro-kafka", f"embedded://{tmp_path / 'broker'}", source=topic)
+    records = order_records("avro", 60)
+    spec = bind_serdes(app.build(), app.resolve_broker()).topics[topic]
+    batches: Dict[int, list] = {}
+    for user, value, ts in records:
+        key = spec.key_serde.serialize(user)
+        batches.setdefault(partition_for_key(key, PARTITIONS), []).append(
+            (key, spec.value_serde.serialize(value), ts, None))
+    with kafka_transport(kafka) as transport:
+        create_test_topic(transport.admin, topic, PARTITIONS)
 
-            async def send() -> None:
-                producer = transport.producer()
+        async def send() -> None:
+            producer = transport.producer()
+            try:
                 await producer.send([(topic, p, recs) for p, recs in sorted(batches.items())])
                 await producer.flush()
+            finally:
                 await producer.aclose()
-            asyncio.run(send())
-        finally:
-            transport.close()
-        replayed = replay_raw(spark, app, str(tmp_path / "out"), FORMATS["avro"],
-                              inputs={topic: KafkaTopic(kafka.bootstrap, topic)})
-        with TopologyTestDriver(app) as driver:
-            for user, value, ts in records:
-                driver.input_topic(topic).pipe_input(user, value, timestamp=ts)
-            expected = {t: per_key([(r.key, r.value, r.timestamp) for r in driver.output_topic(t).read_records()])
-                        for t in FORMATS["avro"]}
-        assert decoded(app, replayed) == expected
-    finally:
-        kafka.stop()
+        run_sync(send)
+    replayed = replay_raw(spark_kafka, app, str(tmp_path / "out"), FORMATS["avro"],
+                          inputs={topic: KafkaTopic(kafka.bootstrap, topic)})
+    with TopologyTestDriver(app) as driver:
+        for user, value, ts in records:
+            driver.input_topic(topic).pipe_input(user, value, timestamp=ts)
+        expected = {t: per_key([(r.key, r.value, r.timestamp) for r in driver.output_topic(t).read_records()])
+                    for t in FORMATS["avro"]}
+    assert decoded(app, replayed) == expected
 
 
 def test_bound_serdes_travel_without_caches_and_reconnect_on_first_use(tmp_path: Any) -> None:
