@@ -170,7 +170,7 @@ class Table:
         draft = self._draft
         subscribe = draft.append(ir.ForeignKeySubscribeNode(
             f"{node}-subscribe", (self._node,), extractor=extractor, left_key_serde=self._key_serde,
-            left_value_serde=self._value_serde, right_key_serde=other._key_serde))
+            left_value_serde=self._value_serde, right_key_serde=other._key_serde, left=left))
         registration = draft.append(ir.RepartitionNode(
             f"{node}-subscription-repartition", (subscribe.name,), topic_suffix=f"{node}-subscription-repartition",
             key_serde=Bytes(), value_serde=SubscriptionSerde()))

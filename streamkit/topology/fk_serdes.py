@@ -26,6 +26,9 @@ UNSUBSCRIBE = 2
 """Forget it (the left row was deleted or now refers to another foreign key); no answer."""
 ANSWER_NONE = 3
 """No foreign key (or the left row is gone): answer with no right row."""
+UNSUBSCRIBE_AND_ANSWER_NONE = 4
+"""Forget it and answer with no right row, as of the later of the update and the row the
+foreign key referred to (an inner join's left row deleted or without a foreign key now)."""
 
 HASH_BYTES = 16
 
@@ -65,7 +68,7 @@ class SubscriptionSerde(Serde[Subscription]):
     def deserialize(self, data: Optional[bytes]) -> Optional[Subscription]:
         if data is None:
             return None
-        if len(data) < 2 or data[0] not in (SUBSCRIBE, UNSUBSCRIBE, ANSWER_NONE):
+        if len(data) < 2 or data[0] not in (SUBSCRIBE, UNSUBSCRIBE, ANSWER_NONE, UNSUBSCRIBE_AND_ANSWER_NONE):
             raise SerializationError(f"not a foreign-key subscription message: {data[:20]!r}")
         digest, position = _read_hash(data, 1)
         return Subscription(data[0], digest, data[position:])

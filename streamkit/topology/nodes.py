@@ -412,6 +412,9 @@ class ForeignKeySubscribeNode(Node):
     left_key_serde: Serde = field(default=None)  # type: ignore[assignment]
     left_value_serde: Serde = field(default=None)  # type: ignore[assignment]
     right_key_serde: Serde = field(default=None)  # type: ignore[assignment]
+    left: bool = False
+    """A left join: a left row losing its foreign key is answered by its own key at once;
+    an inner join's answer comes from the row its old foreign key referred to."""
     kind: ClassVar[str] = "fk_subscribe"
 
 

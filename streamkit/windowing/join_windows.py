@@ -3,12 +3,13 @@ unmatched record's left/outer result is final. Pure arithmetic, no state.
 
 A left record at ``t`` joins right records with timestamps in ``[t - before, t + after]``;
 a right record at ``t`` joins left records in ``[t - after, t + before]`` (the same
-pairs, seen from the other side). A record is late (dropped) once stream time has
-passed its own window's end plus grace. A left or outer join emits a record that
-found no partner once its own window has closed, as Kafka Streams does: stream time
-past ``t + after + grace`` for a left record, ``t + before + grace`` for a right one.
-A partner can still arrive on time after that (one at ``t + after`` is accepted until
-``t + after + before + grace``) and is joined too.
+pairs, seen from the other side). Each side's buffer keeps records at most
+:attr:`retention_ms` (``before + after + grace``) behind that side's latest timestamp;
+an out-of-order record joins what the other buffer keeps. A left or outer join emits a
+record that found no partner at once if its window already ended, else once its own
+window plus grace has closed, as Kafka Streams does: stream time past
+``t + after + grace`` for a left record, ``t + before + grace`` for a right one. A
+partner can still arrive after that while the record is buffered, and is joined too.
 
 >>> from datetime import timedelta
 >>> w = JoinWindows.of(timedelta(minutes=5), grace=timedelta(seconds=30))
@@ -93,12 +94,13 @@ class JoinWindows:
         return timestamp_ms - self.after_ms, timestamp_ms + self.before_ms
 
     def left_is_late(self, timestamp_ms: int, stream_time: int) -> bool:
-        """Whether a left record arriving at ``stream_time`` is late: its window's end plus
-        grace has passed."""
+        """Whether a left record's window plus grace has closed at ``stream_time`` (a left
+        or outer join no longer waits for its partners; the join still pairs it with what
+        the right buffer keeps)."""
         return timestamp_ms + self.after_ms + self.grace_ms < stream_time
 
     def right_is_late(self, timestamp_ms: int, stream_time: int) -> bool:
-        """Whether a right record arriving at ``stream_time`` is late."""
+        """The same for a right record."""
         return timestamp_ms + self.before_ms + self.grace_ms < stream_time
 
     def left_close_time(self, timestamp_ms: int) -> int:

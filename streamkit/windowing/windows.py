@@ -402,10 +402,11 @@ class SessionWindows(_Windows):
     A session is ``[first record, last record]`` with **both ends inclusive**. A
     record at ``t`` merges every session overlapping ``[t - gap, t + gap]`` (ending
     at or after ``t - gap`` and starting at or before ``t + gap``) into one with
-    itself. A session can still grow while a record within the gap of its end can
-    come on time, so it closes when stream time passes ``end + gap + grace`` (``>= end +
-    gap + grace + 1``): until then a record may join it, after that it is late and a
-    suppression emits its final result, as in Kafka Streams.
+    itself, if it is still open. A session can still grow while a record within the gap
+    of its end can come on time, so it closes when stream time passes ``end + gap + grace``
+    (``>= end + gap + grace + 1``): until then a record may join it; after that it is final
+    (a record within its gap starts a new session beside it, as in Kafka Streams) and a
+    suppression emits its final result.
 
     >>> from datetime import timedelta
     >>> SessionWindows(timedelta(seconds=5)).merge([(0, 1_000), (8_000, 9_000)], 4_000).window
@@ -436,11 +437,9 @@ class SessionWindows(_Windows):
 
     @property
     def retention_ms(self) -> int:
-        """A session store must keep every session with ``end >= stream time - retention_ms``:
-        ``2 * inactivity_gap + grace``, measured from a session's end. A record is on time
-        down to ``stream time - gap - grace`` and merges sessions ending up to ``gap`` before
-        it, so a closed session can still be merged into an open one that far back (Kafka
-        keeps only ``gap + grace`` and may start a new session instead of merging)."""
+        """How long (from a session's end, in stream time) a session store keeps sessions
+        by default: ``2 * inactivity_gap + grace``. Merging needs only the open ones
+        (``end + gap + grace`` not passed); closed ones stay queryable a while longer."""
         return 2 * self._gap_ms + self._grace_ms
 
     def close_time(self, window_end_ms: int) -> int:

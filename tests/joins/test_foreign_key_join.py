@@ -218,6 +218,31 @@ def test_a_left_update_joining_a_later_right_row_takes_the_later_timestamp(how: 
     assert records == expected
 
 
+@pytest.mark.parametrize("how, expected", [
+    ("join", [("k1", "pen@r9", 12), ("k2", "ink@r9", 10), ("k3", "cap@r9", 11),
+              ("k1", None, 9), ("k2", None, 9), ("k3", None, 7)]),
+    ("left_join", [("k1", "pen@r9", 12), ("k2", "ink@r9", 10), ("k3", "cap@r9", 11),
+                   ("k1", "pen@None", 6), ("k2", None, 5), ("k3", "cap@None", 7)]),
+])
+def test_a_result_lost_with_the_foreign_key_takes_kafka_streams_timestamp(how: str, expected) -> None:
+    """An inner join's left row losing its foreign key (``None``, or the row deleted) is
+    answered through the row its old foreign key referred to (Kafka Streams' DELETE_KEY_AND_
+    PROPAGATE): the deleted result is as of the later of the update and that row
+    (``right x@9, left k1->x@12, left k1->None@6`` deletes at 9). A left join answers by
+    the left key at once, with the update's time; a foreign key moved to a missing row is
+    answered by that row's side, with the update's time, in both."""
+    driver = TopologyTestDriver(fk_app(how))
+    driver.input_topic("customers").pipe_input("x", "r9", 9)
+    orders = driver.input_topic("orders")
+    orders.pipe_input("k1", order("pen", "x"), 12)
+    orders.pipe_input("k2", order("ink", "x"), 10)
+    orders.pipe_input("k3", order("cap", "x"), 11)
+    orders.pipe_input("k1", order("pen", None), 6)
+    orders.pipe_input("k2", None, 5)
+    orders.pipe_input("k3", order("cap", "none"), 7)
+    assert [(r.key, r.value, r.timestamp) for r in driver.output_topic("out").read_records()] == expected
+
+
 # -- views and serdes ------------------------------------------------------------------------------
 
 def test_filter_and_map_values_views_on_both_sides() -> None:
@@ -489,11 +514,14 @@ def test_random_updates_match_a_brute_force_join(how: str, seed: int) -> None:
 def test_random_out_of_order_updates_stamp_results_as_kafka_streams_does(how: str, seed: int) -> None:
     """Property, with timestamps out of order: a result caused by a left upsert is stamped
     with the later of that upsert and the right row it joined (the upsert's own time when
-    there is no right row); a result caused by a right update carries that update's time."""
+    there is no right row); an inner join's result deleted because the upsert has no foreign
+    key, with the later of the upsert and the row of the old foreign key; a result caused by
+    a right update carries that update's time."""
     rng = random.Random(1000 + seed)
     driver = TopologyTestDriver(_random_fk_app(how, "fk-random-time"))
     left_topic, right_topic = driver.input_topic("left"), driver.input_topic("right")
     right_time: Dict[str, int] = {}
+    left_fk: Dict[str, Any] = {}
     checked = 0
     for _ in range(120):
         timestamp = rng.randint(0, 200)
@@ -501,8 +529,10 @@ def test_random_out_of_order_updates_stamp_results_as_kafka_streams_does(how: st
             key = rng.choice(LEFT_KEYS)
             row = {"n": rng.randint(0, 3), "fk": rng.choice(FOREIGN_KEYS)}
             left_topic.pipe_input(key, row, timestamp)
-            fk = row["fk"]
-            expected = max(timestamp, right_time[fk]) if fk in right_time else timestamp
+            fk, old_fk = row["fk"], left_fk.get(key)
+            left_fk[key] = fk
+            answering = old_fk if how == "join" and fk is None and old_fk is not None else fk
+            expected = max(timestamp, right_time[answering]) if answering in right_time else timestamp
         else:
             key = rng.choice(RIGHT_KEYS)
             if rng.random() < 0.3:

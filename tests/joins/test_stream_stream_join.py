@@ -13,19 +13,24 @@ The spec these tests hold the join to:
   ``[t - before, t + after]``; a right record at ``t`` joins the buffered left records in
   ``[t - after, t + before]``. Each pair gives ``joiner(left, right)`` at
   ``max(t_left, t_right)``, in order of the partner's timestamp, then arrival.
-- Stream time is the largest record timestamp so far (the current record included). A
-  left record is late when ``t + after + grace < stream time``, a right one when
-  ``t + before + grace < stream time``: dropped, counted, written to the late topic.
+- Stream time is the largest record timestamp so far (the current record included), shared
+  by both sides; each side's buffer also has its own time, the largest timestamp of that
+  side's records with a key. A buffer keeps (and shows) records at most
+  ``before + after + grace`` behind its own time (Kafka Streams 4.1's store retention, one
+  ms more at the edge). An out-of-order record joins whatever the other buffer still keeps;
+  it is buffered only if its own buffer would keep it. A record neither buffered nor giving
+  any result is late: counted and written to the late topic.
 - left/outer: a record with no partner gives ``joiner(value, None)`` (right side of an
-  outer join: ``joiner(None, value)``) with its own timestamp only once no partner can
-  arrive any more: once stream time reaches ``t + before + after + grace + 1``, for both
-  sides (the latest partner of a left record at ``t`` is a right record at ``t + after``,
-  accepted until stream time passes ``t + after + before + grace``; symmetrically for a
-  right record). A partner arriving by then takes it out, so an unmatched result is never
-  followed by a join of the same record.
-- Due unmatched results are released at the start of processing *any* record that reaches
-  the join (before its None-key, None-value and lateness checks), before that record's own
-  join results, in timestamp order.
+  outer join: ``joiner(None, value)``) with its own timestamp: at once if its window has
+  already ended (``t + after`` for a left record, ``t + before`` for a right one, behind
+  stream time); else once its window plus grace has closed (stream time reaches
+  ``t + after + grace + 1``, right: ``t + before + grace + 1``), unless a partner takes it
+  out first. A partner arriving after that, still buffered, joins it as well.
+- Due unmatched results are released, in timestamp order and before that record's own join
+  results, by a record with a key and a value at stream time (an out-of-order record, a
+  None key or value releases nothing), unless the earliest waiting timestamp plus the
+  arriving side's window end (``after`` for a left record, ``before`` for a right one) plus
+  grace is not behind stream time (Kafka Streams' shortcut).
 
 Where one record releases several unmatched results, the table cases either give them
 distinct timestamps or are duplicates of one key on one side (kept in arrival order); the
@@ -172,31 +177,34 @@ INNER_CASES = [
     pytest.param(W10_GRACE5, [
         ("R", "a", "r", 100, []),
         ("R", "b", "x", 125, []),                                   # stream time 125
-        ("L", "a", "A", 110, [("a", "A+r", 110)]),                  # 110 + 10 + 5 = 125: accepted
-        ("L", "a", "A2", 109, []),                                  # 124 < 125: late, though r is in its window
-        ("R", "a", "r2", 110, [("a", "A+r2", 110)]),                # 110 + 10 + 5 = 125: accepted
-        ("R", "a", "r3", 109, []),                                  # 124 < 125: late
-    ], 2, id="grace-out-of-order-within-grace-joins-beyond-is-late"),
+        ("L", "a", "A", 110, [("a", "A+r", 110)]),                  # the right buffer keeps >= 125 - 25
+        ("L", "a", "A2", 109, [("a", "A2+r", 109)]),                # its own window closed: it joins all the same
+        ("R", "a", "r2", 110, [("a", "A2+r2", 110), ("a", "A+r2", 110)]),
+        ("R", "a", "r3", 109, [("a", "A2+r3", 109), ("a", "A+r3", 110)]),
+        ("R", "a", "r4", 99, [("a", "A2+r4", 109)]),                # not buffered (99 < 125 - 25), joins A2
+        ("R", "a", "r5", 95, []),                                   # not buffered, no partner: late
+    ], 1, id="out-of-order-records-join-what-the-other-buffer-keeps"),
     pytest.param(W10, [
         ("R", "a", "r", 100, []),
         ("R", "b", "x", 125, []),
-        ("L", "a", "A", 110, []),                                   # 120 < 125: late without grace
-        ("R", "a", "r2", 120, []),                                  # A was dropped, not buffered
-    ], 1, id="no-grace-the-same-record-is-late-and-not-buffered"),
+        ("L", "a", "A", 110, []),                                   # r (100 < 125 - 20) is gone; A is buffered
+        ("R", "a", "r2", 120, [("a", "A+r2", 120)]),
+    ], 0, id="no-grace-an-expired-partner-is-gone-the-record-is-buffered"),
     pytest.param(BEFORE10_AFTER0, [
         ("R", "a", "r1", 100, []),
-        ("L", "a", "A", 99, []),                                    # 99 + after 0 < 100: late
+        ("L", "a", "A", 99, []),                                    # r1 is after A's window [89, 99]; buffered
         ("L", "a", "B", 100, [("a", "B+r1", 100)]),
-        ("R", "a", "r2", 91, [("a", "B+r2", 100)]),                 # 91 + before 10 = 101 >= 100: on time
-        ("R", "a", "r3", 89, []),                                   # 99 < 100: late
-    ], 2, id="lateness-left-by-after-right-by-before"),
+        ("R", "a", "r2", 91, [("a", "A+r2", 99), ("a", "B+r2", 100)]),
+        ("R", "a", "r3", 89, [("a", "A+r3", 99)]),                  # not buffered (89 < 100 - 10), joins A
+        ("L", "a", "C", 89, []),                                    # r3 was not buffered: late
+    ], 1, id="asymmetric-buffers-keep-before-plus-after-plus-grace"),
     pytest.param(AFTER10_BEFORE0, [
         ("L", "a", "A", 100, []),
-        ("R", "a", "r1", 99, []),                                   # 99 + before 0 < 100: late
+        ("R", "a", "r1", 99, []),                                   # A is after r1's window [89, 99]
         ("R", "a", "r2", 100, [("a", "A+r2", 100)]),
-        ("L", "a", "B", 90, [("a", "B+r2", 100)]),                  # 90 + after 10 = 100: on time
-        ("L", "a", "C", 89, []),                                    # late
-    ], 2, id="lateness-with-before-0-right-records-behind-stream-time-are-late"),
+        ("L", "a", "B", 90, [("a", "B+r1", 99), ("a", "B+r2", 100)]),
+        ("L", "a", "C", 89, [("a", "C+r1", 99)]),                   # not buffered (89 < 100 - 10), joins r1
+    ], 0, id="before-0-out-of-order-records-on-both-sides-join"),
     pytest.param(W10, [
         ("L", "a", "A1", 100, []),
         ("L", "a", "A2", 100, []),                                  # same key and timestamp: both kept
@@ -296,33 +304,34 @@ LEFT_CASES = [
     ], 0, id="one-partner-matches-every-duplicate"),
     pytest.param(W10, [
         ("L", "b", "B", 200, []),
-        ("L", "a", "A", 100, []),                                   # 110 < 200: late, never emitted
+        ("L", "a", "A", 100, [("a", "A+None", 100)]),               # its window ended (110 < 200): at once
         ("R", "z", "x", 300, [("b", "B+None", 200)]),
-    ], 1, id="late-left-record-gives-no-unmatched-result"),
+    ], 0, id="a-left-record-after-its-window-ended-is-emitted-unmatched-at-once"),
     pytest.param(sk.JoinWindows.of(100 * MS).after(0 * MS), [
         # after 0: a left record's own window [t - 100, t] ends at t, so it closes at t + 1.
         ("L", "a", "A1", 100, []),
         ("L", "a", "A2", 100, []),
         ("R", "z", "x", 100, []),
-        ("R", "z", "y", 101, [("a", "A1+None", 100), ("a", "A2+None", 100)]),
+        ("R", "z", "y", 101, []),                                   # a right record's scan waits 100 + before 100
+        ("L", "w", "W", 101, [("a", "A1+None", 100), ("a", "A2+None", 100)]),
     ], 0, id="after-0-left-record-closes-one-ms-after-its-timestamp"),
     pytest.param(sk.JoinWindows.of(100 * MS).after(0 * MS), [
         # before > after: a right record at 100 is late only once 100 + before < stream
         # time, so it may still come after A's own window [0, 100] has closed and A was
         # emitted unmatched. It joins A all the same: both results stand, as in Kafka Streams.
         ("L", "a", "A", 100, []),
-        ("R", "z", "x", 101, [("a", "A+None", 100)]),               # A's close
-        ("R", "z", "y", 200, []),
-        ("R", "a", "r", 100, [("a", "A+r", 100)]),                  # 100 + 100 >= 200: on time, joins A
+        ("L", "b", "B", 101, [("a", "A+None", 100)]),               # A's close
+        ("R", "z", "y", 200, []),                                   # B waits: 101 + before 100 >= 200
+        ("R", "a", "r", 100, [("a", "A+r", 100)]),                  # A is still buffered: joins A
         ("R", "z", "w", 201, []),
-        ("R", "z", "v", 500, []),
+        ("L", "z", "v", 500, [("b", "B+None", 101)]),
     ], 0, id="before-greater-than-after-a-partner-on-time-after-the-unmatched-result-joins-too"),
     pytest.param(sk.JoinWindows.of(100 * MS).before(0 * MS), [
         ("L", "a", "A", 100, []),                                   # closes at 100 + 0 + 100 + 1 = 201
-        ("R", "a", "r", 99, []),                                    # 99 + before 0 < 100: late
+        ("R", "a", "r", 99, []),                                    # A is after r's window [-1, 99]
         ("R", "z", "x", 200, []),
         ("R", "z", "y", 201, [("a", "A+None", 100)]),
-    ], 1, id="before-0-late-right-record-does-not-match"),
+    ], 0, id="before-0-a-right-record-before-the-left-one-does-not-match"),
 ]
 
 
@@ -356,10 +365,10 @@ OUTER_CASES = [
         # while a left record closes at t + 10 + 1. A left partner on time after that joins too.
         ("R", "a", "r", 100, []),                                   # closes at 101
         ("R", "b", "s", 101, [("a", "None+r", 100)]),               # closes at 102
-        ("L", "z", "Z", 110, [("b", "None+s", 101)]),
-        ("L", "a", "A", 100, [("a", "A+r", 100)]),                  # 100 + after 10 >= 110: on time, joins r
+        ("L", "z", "Z", 110, []),                                   # a left scan waits: 101 + after 10 >= 110
+        ("L", "a", "A", 100, [("a", "A+r", 100)]),                  # r is still buffered: joins
         ("L", "z", "Z2", 111, []),                                  # A had a partner
-        ("L", "z", "Z3", 500, [("z", "Z+None", 110), ("z", "Z2+None", 111)]),
+        ("L", "z", "Z3", 500, [("b", "None+s", 101), ("z", "Z+None", 110), ("z", "Z2+None", 111)]),
     ], 0, id="asymmetric-each-side-closes-at-its-own-window-end"),
     pytest.param(W10, [
         ("R", "a", "r", 100, []),
@@ -376,9 +385,9 @@ OUTER_CASES = [
     ], 0, id="duplicate-unmatched-right-records-each-give-a-result"),
     pytest.param(W10, [
         ("L", "b", "B", 200, []),
-        ("R", "a", "r", 100, []),                                   # 110 < 200: late
+        ("R", "a", "r", 100, [("a", "None+r", 100)]),               # its window ended (110 < 200): at once
         ("L", "z", "Z", 300, [("b", "B+None", 200)]),
-    ], 1, id="late-right-record-gives-no-unmatched-result"),
+    ], 0, id="a-right-record-after-its-window-ended-is-emitted-unmatched-at-once"),
 ]
 
 
@@ -387,6 +396,28 @@ def test_outer_join(windows: sk.JoinWindows, steps: List[Step], late: int) -> No
     driver = TopologyTestDriver(join_app("outer", windows))
     run_steps(driver, steps)
     assert driver.metrics()["late_records_dropped"] == late
+
+
+# -- out-of-order records (Kafka Streams 4.1's rule) ------------------------------------------------
+
+@pytest.mark.parametrize("grace", [0, 3])
+@pytest.mark.parametrize("how, expected", [
+    ("inner", [("b", "l3+r1", 8)]),
+    ("left", [("b", "l3+r1", 8), ("c", "l4+None", 3), ("a", "l2+None", 12)]),
+    ("outer", [("b", "l3+r1", 8), ("c", "l4+None", 3), ("a", "l2+None", 12)]),
+])
+def test_an_out_of_order_record_joins_the_partners_still_buffered(how: str, expected: List[Output],
+                                                                    grace: int) -> None:
+    """Difference 7: ``right b@8, left a@12, left b@4``: b@4's own window [-3, 11] ended
+    before stream time 12, but the right buffer keeps r1 (8 >= 8 - 14 - grace), so they
+    join at 8. c@3 has no partner and its window ended: a left or outer join emits it at
+    once. a@12 waits until 12 + 7 + grace + 1 and is released by a@30."""
+    driver = TopologyTestDriver(join_app(how, sk.JoinWindows.of(7 * MS, grace=grace * MS)))
+    driver.input_topic("right").pipe_input("b", "r1", 8)
+    for key, value, timestamp in (("a", "l2", 12), ("b", "l3", 4), ("c", "l4", 3), ("a", "l5", 30)):
+        driver.input_topic("left").pipe_input(key, value, timestamp)
+    assert read(driver) == expected
+    assert driver.metrics()["late_records_dropped"] == 0
 
 
 # -- None keys and values -----------------------------------------------------------------------
@@ -411,15 +442,18 @@ def test_none_keys_are_joined_with_none_at_once_or_dropped_none_values_ignored(h
     assert driver.metrics()["late_records_dropped"] == 0
 
 
-# (steps after the waiting record, None-key records dropped, late records); "due" marks
-# where the waiting record's unmatched result comes out.
+# Steps after the waiting record (which is due from stream time 111 on); "due" marks where
+# its unmatched result comes out.
 _RELEASE_TRIGGERS = {
-    "none-key": ([("R", None, "n", 111, ["due"])], 1, 0),
-    "none-value": ([("L", "b", None, 111, ["due"])], 0, 0),
+    # None keys and values move stream time but release nothing; the next record at stream time does.
+    "none-key": [("R", None, "n", 111, []), ("L", "b", "B", 111, ["due"])],
+    "none-value": [("L", "b", None, 111, []), ("R", "b", "s", 111, ["due"])],
+    # An out-of-order record releases nothing, even past the close.
+    "out-of-order": [("L", "b", "B", 112, ["due"])],
+    "out-of-order-first": [("R", "c", None, 112, []), ("L", "b", "B", 105, []), ("R", "c", "s", 112, ["due"])],
     # A record filtered before the join does not move the join's stream time (Kafka
     # Streams' rule): nothing is released until a record reaching the join gets to 111.
-    "filtered-record": ([("R", "z", "skip", 111, []), ("L", "b", None, 100, []),
-                         ("L", "c", None, 111, ["due"])], 0, 0),
+    "filtered-record": [("R", "z", "skip", 111, []), ("L", "c", "C", 110, []), ("R", "d", "s", 111, ["due"])],
 }
 
 
@@ -428,29 +462,33 @@ _RELEASE_TRIGGERS = {
     ("outer", ("R", "a", "r", 100), ("a", "None+r", 100)),
 ], ids=["left", "outer-right-side"])
 @pytest.mark.parametrize("trigger", list(_RELEASE_TRIGGERS))
-def test_any_record_reaching_the_join_releases_due_unmatched_results(
+def test_due_unmatched_results_are_released_by_a_keyed_record_at_stream_time(
         how: str, waiting: Tuple[str, str, str, int], result: Output, trigger: str) -> None:
-    # The waiting record closes at 100 + 10 + 0 + 1 = 111; a record reaching the join
-    # then (a None key, a None value, a late one) releases it first.
-    trigger_steps, null_keys, late = _RELEASE_TRIGGERS[trigger]
+    # The waiting record closes at 100 + 10 + 0 + 1 = 111. Every other record here has its
+    # own key and no partner; those still waiting at the end come out at 500.
     driver = TopologyTestDriver(join_app(how, W10, skip=True))
+    pending: List[Output] = []
 
-    def outputs(side: str, key: Any, value: str, timestamp: int, marks: List[str]) -> List[Output]:
+    def outputs(side: str, key: Any, value: Optional[str], timestamp: int, marks: List[str]) -> List[Output]:
         out = [result] if marks else []
-        if key is None and (side == "L" or how == "outer"):  # joined with None at once (KIP-962)
-            out.append((None, f"{value}+None" if side == "L" else f"None+{value}", timestamp))
+        if value is None or value == "skip":
+            return out
+        own = (key, f"{value}+None" if side == "L" else f"None+{value}", timestamp)
+        if key is None:
+            if side == "L" or how == "outer":  # joined with None at once (KIP-962)
+                out.append(own)
+        elif side == "L" or how == "outer":
+            pending.append(own)
         return out
 
-    run_steps(driver, [
-        (*waiting, []),
-        ("L", None, "n0", 110, [(None, "n0+None", 110)]),           # reaches the join; nothing due yet
-        *[(side, key, value, timestamp, outputs(side, key, value, timestamp, marks))
-          for side, key, value, timestamp, marks in trigger_steps],
-        ("R", "z", "later", 500, []),                               # released once only
-    ])
-    expected_null_keys = 0 if how == "outer" else null_keys
-    assert driver.metrics()["null_key_records_dropped"] == expected_null_keys
-    assert driver.metrics()["late_records_dropped"] == late
+    steps = [(*waiting, [])]
+    steps.append(("L", None, "n0", 110, outputs("L", None, "n0", 110, [])))  # nothing due yet
+    for side, key, value, timestamp, marks in _RELEASE_TRIGGERS[trigger]:
+        steps.append((side, key, value, timestamp, outputs(side, key, value, timestamp, marks)))
+    run_steps(driver, steps)
+    run_steps(driver, [("L", "y", None, 500, []),                                # a None value: nothing
+                       ("L", "z", "Z", 500, sorted(pending, key=lambda r: r[2]))])  # each once only
+    assert driver.metrics()["late_records_dropped"] == 0
 
 
 # -- self-join ---------------------------------------------------------------------------------
@@ -549,24 +587,31 @@ def test_two_repartitioned_sides_take_the_larger_upstream_count() -> None:
 # -- late records topic ---------------------------------------------------------------------------
 
 def test_late_records_of_either_side_are_written_raw_to_the_late_topic() -> None:
+    """A record too old for its own buffer (more than before + after + grace behind its
+    side's time) that finds no partner is late; one that is too old but joins is not."""
     driver = TopologyTestDriver(join_app("inner", W10, late_records_topic="late"))
     left, right = driver.input_topic("left"), driver.input_topic("right")
     left.pipe_input("a", "A", 200)
-    left.pipe_input("a", "B", 189, headers=(("trace", b"1"),))     # 199 < 200: late
-    right.pipe_input("a", "r", 190)                                # 200: on time
-    right.pipe_input("b", "s", 189)                                # 199 < 200: late
-    assert read(driver) == [("a", "A+r", 200)]
-    assert driver.metrics()["late_records_dropped"] == 2
+    left.pipe_input("a", "B", 179, headers=(("trace", b"1"),))     # 179 < 200 - 20, no partner: late
+    right.pipe_input("a", "r", 190)                                # joins A
+    right.pipe_input("b", "s", 169)                                # 169 < 190 - 20, no partner: late
+    right.pipe_input("a", "r2", 169)                               # B in its window was not buffered: late
+    left.pipe_input("a", "C", 180)                                 # buffered (180 >= 200 - 20): joins r
+    right.pipe_input("a", "r3", 170)                               # at the right buffer's edge: joins C
+    left.pipe_input("a", "D", 150)                                 # r2 (169) was not buffered: late
+    right.pipe_input("a", "r4", 165)                               # C (180) is after its window [155, 175]: late
+    assert read(driver) == [("a", "A+r", 200), ("a", "C+r", 190), ("a", "C+r3", 180)]
+    assert driver.metrics()["late_records_dropped"] == 5
     late = driver.output_topic("late", key_serde=Bytes(), value_serde=Bytes()).read_records()
-    assert [(r.key, r.value, r.timestamp, dict(r.headers)) for r in late] == [
-        (b"a", b'"B"', 189, {
+    assert [(r.key, r.value, r.timestamp, dict(r.headers)) for r in late][:2] == [
+        (b"a", b'"B"', 179, {
             "trace": b"1", "streamkit.late.node": b"j", "streamkit.late.topic": b"left",
             "streamkit.late.partition": b"0", "streamkit.late.offset": b"1",
-            "streamkit.late.timestamp": b"189", "streamkit.late.stream_time": b"200"}),
-        (b"b", b'"s"', 189, {
+            "streamkit.late.timestamp": b"179", "streamkit.late.stream_time": b"200"}),
+        (b"b", b'"s"', 169, {
             "streamkit.late.node": b"j", "streamkit.late.topic": b"right",
             "streamkit.late.partition": b"0", "streamkit.late.offset": b"1",
-            "streamkit.late.timestamp": b"189", "streamkit.late.stream_time": b"200"}),
+            "streamkit.late.timestamp": b"169", "streamkit.late.stream_time": b"200"}),
     ]
 
 
@@ -697,19 +742,32 @@ Input = Tuple[str, Optional[str], Optional[str], int]
 def brute_force(how: str, windows: sk.JoinWindows, inputs: Sequence[Input]
                 ) -> Tuple[List[Tuple[List[Output], List[Output]]], int, int]:
     """Per input record: (unmatched results it releases, its own join results); the late
-    count and the None-key count. Straight from the spec: a None-key record of a side that
-    waits for partners is joined with None at once (Kafka Streams 3.7+); every non-late record is buffered
-    for ever, and a waiting record is released once stream time reaches
-    ``t + after + grace + 1`` (left) or ``t + before + grace + 1`` (right) by any record that
-    reaches the join, and a partner arriving on time after that still joins it.
-    Records with value "skip" are filtered out before the join: the join's stream time is
-    the largest timestamp of the records reaching it (None keys and values included), as
-    in Kafka Streams, so they move nothing."""
+    count and the None-key count. Straight from the spec, with lists for buffers:
+
+    - stream time: the largest timestamp of the records reaching the join (records with
+      value "skip" are filtered out before it and move nothing); each side's time: the
+      largest timestamp of its records with a key (None values too);
+    - a None-key record of a side that waits for partners is joined with None at once
+      (Kafka Streams 3.7+); other None keys and None values join nothing;
+    - a record joins the other side's buffered records of its key in its window that are at
+      most before + after + grace behind the other side's time, and is buffered if it is at
+      most that much behind its own side's time;
+    - a record of a waiting side without partners is emitted at once if ``t + after`` (left;
+      right: ``t + before``) is behind stream time, else waits until stream time reaches
+      that plus grace plus 1; a partner takes out every waiting record of its side, key and
+      timestamp;
+    - waiting records are released by a keyed, valued record at stream time, unless the
+      earliest waiting timestamp (as of the last release, lowered by every record waiting
+      since) plus the arriving side's reach plus grace is not behind stream time;
+    - a record neither buffered nor giving any result is late."""
     before, after, grace = windows.before_ms, windows.after_ms, windows.grace_ms
+    kept_for = before + after + grace
     reach = {"L": after, "R": before}
     waits = {"inner": "", "left": "L", "outer": "LR"}[how]
     buffers: Dict[str, List[_Record]] = {"L": [], "R": []}
+    side_time = {"L": -1, "R": -1}
     waiting: List[_Record] = []
+    earliest = None  # None: unknown, look
     stream_time, late, null_keys = -1, 0, 0
     steps: List[Tuple[List[Output], List[Output]]] = []
     for seq, (side, key, value, timestamp) in enumerate(inputs):
@@ -717,32 +775,48 @@ def brute_force(how: str, windows: sk.JoinWindows, inputs: Sequence[Input]
             steps.append(([], []))
             continue
         stream_time = max(stream_time, timestamp)
-        closed = sorted((w for w in waiting if w.timestamp + reach[w.side] + grace + 1 <= stream_time),
-                        key=lambda w: (w.timestamp, w.seq))
-        waiting = [w for w in waiting if w not in closed]
-        released = [(w.key, joiner(w.value, None) if w.side == "L" else joiner(None, w.value), w.timestamp)
-                    for w in closed]
-        if key is None and value is not None and side in waits:  # no partner possible: at once
-            steps.append((released, [(None, joiner(value, None) if side == "L" else joiner(None, value),
-                                       timestamp)]))
+        if key is None:
+            if value is not None and side in waits:  # no partner possible: at once
+                steps.append(([], [(None, joiner(value, None) if side == "L" else joiner(None, value),
+                                    timestamp)]))
+            else:
+                null_keys += 1
+                steps.append(([], []))
             continue
-        if key is None or value is None or timestamp + reach[side] + grace < stream_time:
-            null_keys += key is None
-            late += key is not None and value is not None
-            steps.append((released, []))
+        side_time[side] = max(side_time[side], timestamp)
+        if value is None:
+            steps.append(([], []))
             continue
+        released: List[Output] = []
+        if timestamp == stream_time and (earliest is None or earliest + reach[side] + grace < stream_time):
+            closed = sorted((w for w in waiting if w.timestamp + reach[w.side] + grace + 1 <= stream_time),
+                            key=lambda w: (w.timestamp, w.seq))
+            waiting = [w for w in waiting if w not in closed]
+            released = [(w.key, joiner(w.value, None) if w.side == "L" else joiner(None, w.value), w.timestamp)
+                        for w in closed]
+            earliest = min((w.timestamp for w in waiting), default=2**63)
         other = "R" if side == "L" else "L"
         low, high = ((timestamp - before, timestamp + after) if side == "L"
                      else (timestamp - after, timestamp + before))
+        low = max(low, side_time[other] - kept_for)
         partners = sorted((r for r in buffers[other] if r.key == key and low <= r.timestamp <= high),
                           key=lambda r: (r.timestamp, r.seq))
         joined = [(key, joiner(value, p.value) if side == "L" else joiner(p.value, value),
                    max(timestamp, p.timestamp)) for p in partners]
-        waiting = [w for w in waiting if w not in partners]
+        taken = {(p.key, p.timestamp) for p in partners}
+        waiting = [w for w in waiting if w.side == side or (w.key, w.timestamp) not in taken]
         record = _Record(side, key, value, timestamp, seq)
-        buffers[side].append(record)
+        buffered = timestamp >= side_time[side] - kept_for
+        if buffered:
+            buffers[side].append(record)
         if side in waits and not partners:
-            waiting.append(record)
+            if timestamp + reach[side] < stream_time:
+                joined = [(key, joiner(value, None) if side == "L" else joiner(None, value), timestamp)]
+            else:
+                waiting.append(record)
+                earliest = timestamp if earliest is None else min(earliest, timestamp)
+        if not buffered and not joined and record not in waiting:
+            late += 1
         steps.append((released, joined))
     return steps, late, null_keys
 
@@ -800,25 +874,29 @@ def test_the_random_cases_exercise_what_they_are_meant_to() -> None:
     seen = Counter()
     for _ in range(300):
         windows, inputs = _random_case(rng)
+        kept_for = windows.before_ms + windows.after_ms + windows.grace_ms
         for how in ("left", "outer"):
             steps, late, null_keys = brute_force(how, windows, inputs)
             seen["late"] += late
-            stream_time = -1
+            stream_time, side_time = -1, {"L": -1, "R": -1}
             for (side, key, value, timestamp), (released, joined) in zip(inputs, steps):
+                if value == "skip":
+                    continue
                 stream_time = max(stream_time, timestamp)
-                reach = windows.after_ms if side == "L" else windows.before_ms
+                if key is not None:
+                    side_time[side] = max(side_time[side], timestamp)
                 if released:
                     seen["released"] += 1
-                    seen["released-by-dropped-record"] += key is None or value is None
-                    seen["released-by-late-record"] += (
-                        key is not None and value is not None
-                        and timestamp + reach + windows.grace_ms < stream_time)
                     seen["released-with-joins"] += bool(joined)
                     seen["released-several"] += len(released) > 1
+                if key is not None and value is not None:
+                    at_once = [r for r in joined if r[1] in (f"{value}+None", f"None+{value}")]
+                    seen["unmatched-at-once"] += bool(at_once)
+                    not_buffered = timestamp < side_time[side] - kept_for
+                    seen["not-buffered-but-joined"] += not_buffered and bool(joined) and not at_once
         seen["null-keys"] += sum(key is None for _side, key, _value, _ts in inputs)
-    for what in ("late", "released", "released-by-dropped-record", "released-by-late-record",
-                 "released-with-joins",
-                 "released-several", "null-keys"):
+    for what in ("late", "released", "released-with-joins", "released-several", "unmatched-at-once",
+                 "not-buffered-but-joined", "null-keys"):
         assert seen[what] >= 5, (what, seen)
 
 

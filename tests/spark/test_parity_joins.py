@@ -100,7 +100,8 @@ def concat(left: Any, right: Any) -> str:
 # -- stream-stream -----------------------------------------------------------------------------------------
 
 WINDOWS = sk.JoinWindows.of(10 * MS, grace=15 * MS)
-"""A left record at t joins right records in [t-10, t+10]; late once t + 25 < stream time."""
+"""A left record at t joins right records in [t-10, t+10]; each side's buffer keeps what is at most
+35 ms behind that side's latest record; a record too old for it and without partners is late."""
 
 
 def stream_stream_app(how: str) -> sk.App:
@@ -133,7 +134,7 @@ def stream_stream_input(app: sk.App, seed: int) -> List[Input]:
 def test_stream_stream_join_matches_driver(spark, tmp_path, how: str, seed: int) -> None:
     app = stream_stream_app(how)
     records = stream_stream_input(app, seed)
-    assert any(ts < max(r[3] for r in records[:i]) - 25 for i, (*_, ts) in enumerate(records) if i), \
+    assert any(ts < max(r[3] for r in records[:i]) - 35 for i, (*_, ts) in enumerate(records) if i), \
         "the input has records late for the join window"
     replayed, driven = replay_and_drive(spark, tmp_path, app, records)
     assert replayed == driven
@@ -141,7 +142,8 @@ def test_stream_stream_join_matches_driver(spark, tmp_path, how: str, seed: int)
     assert len(out) > 50
     assert any("+" in v and "None" not in v for _k, v, _ts in out)          # joined pairs
     late = [v for _k, v, _ts in replayed.get("late", [])]
-    assert any(str(v).startswith("L") for v in late) and any(str(v).startswith("R") for v in late)
+    if how != "outer":  # an outer join emits a record too old for its buffer unmatched, at once
+        assert late, "records too old for their buffer, without partners, reach the late topic"
     unmatched_left = [v for _k, v, _ts in out if v.endswith("+None")]
     unmatched_right = [v for _k, v, _ts in out if v.startswith("None+")]
     if how == "inner":

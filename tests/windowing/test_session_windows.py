@@ -118,14 +118,14 @@ CASES = [
     # grace 0, stream time 20: the merged session [0,3] closed at 9.
     ("late when the merged session is closed", 0, [("a", 0), ("b", 20), ("a", 3)],
      {"a": {(0, 0): [0]}, "b": {(20, 20): [20]}}, 1),
-    # grace 0, stream time 7: [0,0] closed at 6, but the merged [0,4] closes at 10.
-    ("a record extending a closed session past stream time is on time", 0,
+    # grace 0, stream time 7: [0,0] closed at 6; a@4 starts [4,4] beside it (closes at 10).
+    ("a record within the gap of a closed session starts a new one beside it", 0,
      [("a", 0), ("b", 7), ("a", 4)],
-     {"a": {(0, 4): [0, 4]}, "b": {(7, 7): [7]}}, 0),
+     {"a": {(0, 0): [0], (4, 4): [4]}, "b": {(7, 7): [7]}}, 0),
     # grace 2: [10,10] closes at 18. At stream time 17 another 10 joins it; at 18 a third is
-    # late, while 11 (merged [10,11] closes at 19) is on time.
+    # late, while 11 starts [11,11] beside the closed [10,10] (it closes at 19): on time.
     ("late boundary is exact", 2, [("a", 10), ("b", 17), ("a", 10), ("b", 18), ("a", 10), ("a", 11)],
-     {"a": {(10, 11): [10, 10, 11]}, "b": {(17, 18): [17, 18]}}, 1),
+     {"a": {(10, 10): [10, 10], (11, 11): [11]}, "b": {(17, 18): [17, 18]}}, 1),
     # Kafka Streams 4.1 (gap 3, grace 5; here gap 5, grace 3): c@8 then c@0 is on time, since
     # [0,0] closes at 0 + 5 + 3 + 1 = 9.
     ("on time until end + gap + grace", 3, [("c", 8), ("c", 0)],
@@ -214,7 +214,7 @@ def sum_driver(grace: int = 0, retention: Optional[int] = RETENTION) -> Topology
 
 
 def test_reduce_merges_sessions_with_the_reducer():
-    driver = sum_driver()
+    driver = sum_driver(grace=10)  # [0,0] is still open at stream time 10
     topic = driver.input_topic("in")
     topic.pipe_input("a", 1, 0)
     topic.pipe_input("a", 10, 10)
@@ -272,31 +272,37 @@ def test_count_merges_by_adding():
         (W("a", 0, 11), None, 11), (W("a", 20, 21), None, 21), (W("a", 0, 21), 8, 21)]
 
 
-def test_bridging_record_cannot_reach_a_session_beyond_retention():
-    """grace 0 and the default retention (2 * gap + grace = 10 ms: every session a record
-    on time can reach when it extends the newest session). At stream time 18 the store no
-    longer holds [0,0] (it ended more than 10 ms ago), so the record at 5, on time since its
-    merged session [5,18] closes at 24, merges only [10,18], as Kafka Streams would with its
-    own retention. A longer retention merges both
-    (test_bridging_record_merges_a_closed_session_within_retention). No finite retention covers
-    every case: an on-time record joining a long open session may reach back any distance."""
-    driver = sum_driver(grace=0, retention=None)
+@pytest.mark.parametrize("retention", [None, 30])
+def test_a_record_never_merges_a_closed_session_whatever_the_retention(retention):
+    """Gap 5, grace 0: at stream time 18, [0,0] closed at 6 (0 + 5 + 0 + 1) and is final:
+    the record at 5, on time since its session [5,18] closes at 24, merges only the open
+    [10,18], as Kafka Streams 4.1 does, however long the store keeps [0,0]."""
+    driver = sum_driver(grace=0, retention=retention)
     topic = driver.input_topic("in")
     for value, t in [(1, 0), (10, 10), (20, 14), (40, 18), (100, 5)]:
         topic.pipe_input("a", value, t)
     assert driver.metrics()["late_records_dropped"] == 0
-    assert emitted(driver, "sum-out")[-2:] == [(W("a", 10, 18), None, 18), (W("a", 5, 18), 170, 18)]
+    assert emitted(driver, "sum-out") == [
+        (W("a", 0, 0), 1, 0), (W("a", 10, 10), 10, 10), (W("a", 10, 10), None, 10), (W("a", 10, 14), 30, 14),
+        (W("a", 10, 14), None, 14), (W("a", 10, 18), 70, 18), (W("a", 10, 18), None, 18), (W("a", 5, 18), 170, 18)]
     assert driver.store("sum").fetch_session("a", 5, 18) == 170
+    # The closed [0,0] stays queryable while the store keeps it (the default keeps 2 * gap + grace).
+    assert driver.store("sum").fetch_session("a", 0, 0) == (None if retention is None else 1)
 
 
-def test_bridging_record_merges_a_closed_session_within_retention():
-    driver = sum_driver(grace=0, retention=30)
-    topic = driver.input_topic("in")
-    for value, t in [(1, 0), (10, 10), (20, 14), (40, 18), (100, 5)]:
-        topic.pipe_input("a", value, t)
-    assert emitted(driver, "sum-out")[-3:] == [
-        (W("a", 0, 0), None, 0), (W("a", 10, 18), None, 18), (W("a", 0, 18), 171, 18)]
-    assert driver.store("sum").fetch_session("a", 0, 18) == 171
+@pytest.mark.parametrize("grace, expected", [
+    (0, [(W("a", 10, 10), 1, 10), (W("b", 19, 19), 1, 19), (W("a", 17, 17), 1, 17)]),
+    # grace 2: [10,10] is open until stream time 20, so a@17 merges it.
+    (2, [(W("a", 10, 10), 1, 10), (W("b", 19, 19), 1, 19), (W("a", 10, 10), None, 10),
+         (W("a", 10, 17), 2, 17)]),
+])
+def test_a_closed_session_stays_final_and_a_record_in_its_gap_starts_a_new_one(grace, expected):
+    """Gap 8: ``a@10, b@19, a@17``. With grace 0, [10,10] closed at 19 (10 + 8 + 0 + 1):
+    Kafka Streams 4.1 starts [17,17] beside it, nothing is retracted."""
+    driver = session_driver(8, grace)
+    pipe(driver, [("a", 10), ("b", 19), ("a", 17)])
+    assert emitted(driver, "cnt-out") == expected
+    assert late_dropped(driver) == 0
 
 
 # --- store reads -----------------------------------------------------------------------------
@@ -341,13 +347,16 @@ def sessionize(timestamps: Sequence[int], gap: int, ids: Optional[Sequence[int]]
 def simulate_with_lateness(records: Sequence[Tuple[str, int]], gap: int, grace: int
                            ) -> Tuple[Dict[str, Dict[Session, List[int]]], int]:
     """The merging and lateness rules applied in arrival order with plain lists; record ids
-    are ``100 * t + i``. Returns the sessions per key and the number of late records."""
+    are ``100 * t + i``. A record merges the sessions within its gap that are still open
+    (stream time not past ``end + gap + grace``). Returns the sessions per key and the
+    number of late records."""
     stream_time, late = -1, 0
     state: Dict[str, Dict[Session, List[int]]] = {}
     for i, (key, t) in enumerate(records):
         stream_time = max(stream_time, t)
         sessions = state.setdefault(key, {})
-        overlapping = [s for s in sessions if s[1] >= t - gap and s[0] <= t + gap]
+        overlapping = [s for s in sessions if s[1] >= t - gap and s[0] <= t + gap
+                       and stream_time <= s[1] + gap + grace]
         start = min([t] + [s[0] for s in overlapping])
         end = max([t] + [s[1] for s in overlapping])
         if stream_time >= end + gap + grace + 1:

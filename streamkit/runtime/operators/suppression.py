@@ -50,9 +50,9 @@ def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: Compile
         stream_time = clock.time
         due = close_time(key.end) if final else stream_time + limit_ms  # type: ignore[misc]
         if final and due <= stream_time:
-            # Only a session merged into a newer one is retracted after it closed: its final
-            # result must go out (if this record's advance of stream time has not sent it
-            # yet), then the retraction.
+            # An update of a window already closed here (the DSL's aggregations drop late
+            # records and never merge a closed session, so only other upstreams): what is due
+            # goes out first, then this update.
             buffer.evict_due(stream_time, emit)
             downstream(key, change, timestamp)
             return

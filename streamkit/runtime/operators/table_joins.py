@@ -27,7 +27,8 @@ import struct
 from typing import Any, Callable, Optional, Tuple
 
 from ...topology import nodes as ir
-from ...topology.fk_serdes import ANSWER_NONE, SUBSCRIBE, UNSUBSCRIBE, Response, Subscription, value_hash
+from ...topology.fk_serdes import (ANSWER_NONE, SUBSCRIBE, UNSUBSCRIBE, UNSUBSCRIBE_AND_ANSWER_NONE, Response,
+                                    Subscription, value_hash)
 from .base import CompileEnv, Downstream, user_error
 from .joins import apply_view, table_reader
 
@@ -135,7 +136,7 @@ def _self_join(node: ir.TableTableJoinNode, result: Callable[[Any, Any], Any], d
 
 
 def compile_fk_subscribe(node: ir.ForeignKeySubscribeNode, downstream: Downstream, env: CompileEnv) -> Downstream:
-    name, extractor = node.name, node.extractor
+    name, extractor, left_join = node.name, node.extractor, node.left
     left_key_bytes, left_value_bytes = node.left_key_serde.serialize, node.left_value_serde.serialize
     right_key_bytes = node.right_key_serde.serialize
 
@@ -163,14 +164,22 @@ def compile_fk_subscribe(node: ir.ForeignKeySubscribeNode, downstream: Downstrea
         new_fk, old_fk = foreign_key(change.new), foreign_key(change.old)
         new_fkb = None if new_fk is None else serialize(right_key_bytes, new_fk, "foreign key")
         old_fkb = None if old_fk is None else serialize(right_key_bytes, old_fk, "foreign key")
+        if new_fkb is None:
+            digest = None if change.new is None else value_hash(serialize(left_value_bytes, change.new, "left value"))
+            if old_fkb is not None and not left_join:
+                # As Kafka Streams: an inner join's answer comes from the old foreign key's row,
+                # so the deleted result is as of the later of this update and that row.
+                downstream(old_fkb, Subscription(UNSUBSCRIBE_AND_ANSWER_NONE, digest, kb), timestamp)
+                return
+            if old_fkb is not None:
+                downstream(old_fkb, Subscription(UNSUBSCRIBE, None, kb), timestamp)
+            # No foreign key (or no left row): the answer is "no right row", routed by the left key.
+            downstream(kb, Subscription(ANSWER_NONE, digest, kb), timestamp)
+            return
         if old_fkb is not None and old_fkb != new_fkb:
             downstream(old_fkb, Subscription(UNSUBSCRIBE, None, kb), timestamp)
-        if new_fkb is not None:
-            digest = value_hash(serialize(left_value_bytes, change.new, "left value"))
-            downstream(new_fkb, Subscription(SUBSCRIBE, digest, kb), timestamp)
-        else:  # no foreign key (or no row): the answer is "no right row", routed by the left key
-            digest = None if change.new is None else value_hash(serialize(left_value_bytes, change.new, "left value"))
-            downstream(kb, Subscription(ANSWER_NONE, digest, kb), timestamp)
+        digest = value_hash(serialize(left_value_bytes, change.new, "left value"))
+        downstream(new_fkb, Subscription(SUBSCRIBE, digest, kb), timestamp)
     return fk_subscribe
 
 
@@ -191,8 +200,13 @@ def compile_fk_subscriptions(node: ir.ForeignKeySubscriptionNode, downstream: Do
             downstream(message.left_key, Response(message.hash, None), timestamp)
             return
         entry = _subscription_key(fk_bytes, message.left_key)
-        if message.instruction == UNSUBSCRIBE:
+        if message.instruction in (UNSUBSCRIBE, UNSUBSCRIBE_AND_ANSWER_NONE):
             subscriptions.delete(entry)
+            if message.instruction == UNSUBSCRIBE:
+                return
+            row, row_time = read_right(deserialize_fk(fk_bytes))
+            downstream(message.left_key, Response(message.hash, None),
+                       timestamp if row is None else max(timestamp, row_time))
             return
         subscriptions.put(entry, message.hash or b"")
         row, row_time = read_right(deserialize_fk(fk_bytes))

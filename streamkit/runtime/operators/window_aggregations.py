@@ -230,8 +230,10 @@ def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env
 
 
 def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
-    """Sessions: a record merges every session within the inactivity gap into one; each
-    merged-away session is deleted and retracted downstream (``Change(None, old)``)."""
+    """Sessions: a record merges every session within the inactivity gap that is still open
+    into one; each merged-away session is deleted and retracted downstream (``Change(None,
+    old)``). A closed session (stream time past ``end + gap + grace``) is final: a record
+    within its gap starts a new session beside it, as in Kafka Streams."""
     task = env.task
     store = task.stores[node.store]
     forward_each = _forwards_each(node, store, downstream, env)
@@ -264,7 +266,9 @@ def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstr
         if timestamp > clock.time:
             clock.time = timestamp
         kb = key_bytes(key)
-        overlapping = list(find(kb, timestamp - gap, timestamp + gap))
+        stream_time = clock.time
+        overlapping = [session for session in find(kb, timestamp - gap, timestamp + gap)
+                       if not is_closed(session[1], stream_time)]
         merged = windows.merge([(start, end) for start, end, _v, _t in overlapping], timestamp)
         if is_closed(merged.end, clock.time):
             late.drop(key, timestamp, f"[{merged.start},{merged.end}]")
