@@ -71,6 +71,10 @@ class Task:
         self.rebuild_until: Dict[str, int] = {}
         """Per input topic: offsets below this were processed before; re-reading them
         rebuilds state with every sink muted (see :meth:`rebuild_from_input`)."""
+        self._rebuilt_to: Dict[TopicPartition, int] = {}
+        """Per input partition still being rebuilt: the offset its replay into the stores
+        reached. ``positions`` holds the offset to commit there instead, never below the
+        old commit; the stores record what they reflect (see :meth:`persist`)."""
         for store in self.stores.values():
             if hasattr(store, "stream_time_source"):  # window and session stores
                 store.stream_time_source = self._current_stream_time
@@ -152,9 +156,15 @@ class Task:
 
     def persist(self, changelog_ends: Mapping[TopicPartition, int]) -> None:
         """Step 5 of a commit: the stores' buffered writes go to their persistent stores,
-        stores without a changelog with the input positions just committed."""
-        self.store_set.persist(changelog_ends, self.positions)
+        stores without a changelog with the input positions they reflect: those just
+        committed, or where a rebuild under way has replayed to."""
+        self.store_set.persist(changelog_ends, self.store_positions)
         self._forwarding_since_persist = False
+
+    @property
+    def store_positions(self) -> Dict[TopicPartition, int]:
+        """Per input partition, the next offset whose record the stores have not applied."""
+        return {**self.positions, **self._rebuilt_to}
 
     def rebuild_from_input(self, processed: Dict[TopicPartition, int],
                            replay_from: Optional[Mapping[TopicPartition, int]] = None) -> None:
@@ -181,17 +191,17 @@ class Task:
                 self._loops[topic](records[:split])
             finally:
                 self.context.muted = False
+            self._rebuilt_to[TopicPartition(topic, self.partition)] = records[split - 1][0] + 1
             if not self._forwarding_since_persist:
                 # The rebuilt state is what the committed offsets stand for: the next commit
                 # must not forward it again (record caches) nor log it again.
-                replayed = dict(self.positions)
-                replayed[TopicPartition(topic, self.partition)] = records[split - 1][0] + 1
-                self.store_set.adopt_pending(replayed)
+                self.store_set.adopt_pending(self.store_positions)
             else:
                 log.warning("task %s: input past the committed offsets of one topic ran before the rebuild of "
                             "another ended; the next commit forwards the rebuilt aggregates again", self.id)
         if split < len(records):
             self.rebuild_until.pop(topic, None)
+            self._rebuilt_to.pop(TopicPartition(topic, self.partition), None)
             self._loops[topic](records[split:])
             self._forwarding_since_persist = True
 

@@ -86,8 +86,11 @@ class Worker(CommitSteps):
             self._round_budget = max(self.commit_interval, ROUND_LIMIT)
         self._round_deadline = math.inf
         """When a processing round stops early (monotonic s), so the loop can commit."""
-        self._slice = SLICE
-        """Records processed in one step: fewer when steps of SLICE take longer than MAX_BLOCKING."""
+        self._slices: Dict[int, int] = {}
+        """Per sub-topology: records processed in one step, sized so a step takes at most
+        about MAX_BLOCKING (SLICE at most). Each sub-topology has its own cost per record,
+        so a fast one never makes a slow one's steps long; an unmeasured one starts at a
+        single record, whatever it costs, and doubles while steps stay short."""
         self.standby_replicas = config.num_standby_replicas
         self._explicit_state_dir = config.state_dir
         self._state: Optional[StateDirectory] = None
@@ -317,6 +320,9 @@ class Worker(CommitSteps):
         if self._suspended or (not self.tasks and not self._membership.group_managed):
             await asyncio.sleep(FETCH_WAIT)
             return False
+        membership = self._membership
+        if membership.revocation_pending():
+            return False  # a rebalance waits for this worker's commit: the loop answers it first
         # A group member keeps fetching even without tasks: that is how it stays in the group.
         batches = await self._consumer.fetch(FETCH_WAIT)
         self._account_lost()
@@ -334,28 +340,34 @@ class Worker(CommitSteps):
         processed = False
         last_yield = time.monotonic()
         runs = collections.deque(interleave_lanes(lanes, SLICE))
+        slices = self._slices
         while runs:
             tp, records = runs.popleft()
-            if len(records) > self._slice:  # a slow topology: look at the clock more often
-                runs.appendleft((tp, records[self._slice:]))
-                records = records[:self._slice]
             task = lookup[tp]
+            sub_id = task.sub_topology.id
+            size = slices.get(sub_id, 1)
+            if len(records) > size:  # a slow topology: look at the clock more often
+                runs.appendleft((tp, records[size:]))
+                records = records[:size]
             started = time.monotonic()
             task.process(tp.topic, records)
             took = time.monotonic() - started
             task.metrics.processing_seconds += took
             if took > MAX_BLOCKING:
-                self._slice = max(1, int(len(records) * MAX_BLOCKING / took))
-            elif self._slice < SLICE and took < MAX_BLOCKING / 4:
-                self._slice = min(SLICE, self._slice * 2)
+                slices[sub_id] = max(1, int(len(records) * MAX_BLOCKING / took))
+            elif size < SLICE and took < MAX_BLOCKING / 4:
+                slices[sub_id] = min(SLICE, size * 2)
             processed = True
             if time.monotonic() - last_yield > MAX_BLOCKING:
                 # Let the network clients run (group heartbeats, fetches): a slow
                 # topology must not get this worker thrown out of its group.
                 await asyncio.sleep(0)
                 last_yield = time.monotonic()
-                if last_yield >= self._round_deadline and self._put_back(runs):
-                    break  # the commit is due: the rest of the round waits for the next one
+                if last_yield >= self._round_deadline or membership.revocation_pending():
+                    # The commit is due, or a rebalance waits for this worker to commit
+                    # (it must join the new generation within the rebalance timeout,
+                    # whatever a record costs): the rest of the round waits.
+                    self._put_back(runs)
         for tid, inputs in self._inputs.items():
             if inputs.merges:  # processed out of offset order: resume at the first record not processed
                 self.tasks[tid].positions.update(inputs.merge_positions())
@@ -366,21 +378,29 @@ class Worker(CommitSteps):
             self._consumer.assign([tp], {tp: offset})
         return processed
 
-    def _put_back(self, runs: "collections.deque") -> bool:
+    def _put_back(self, runs: "collections.deque") -> None:
         """Return the round's unprocessed ``runs`` to their inputs, in order, so the loop
-        can commit; False (nothing returned) when one is from a merged repartition
-        partition, whose writers' cursors already count it as handed out: then the round
-        finishes first."""
+        can commit. A run of a merged repartition partition cannot go back (its writers'
+        cursors already count it as handed out): it stays in ``runs``, with every run its
+        task takes before it, so each task's order holds; what a task takes after its
+        last such run goes back."""
         lookup = self._task_of_partition
-        if any(tp in self._inputs[lookup[tp].id].merges for tp, _records in runs):
-            return False
+        last_merged: Dict[str, int] = {}
+        for index, (tp, _records) in enumerate(runs):
+            tid = lookup[tp].id
+            if tp in self._inputs[tid].merges:
+                last_merged[tid] = index
+        keep = []
         by_partition: Dict[TopicPartition, list] = {}
-        for tp, records in runs:
-            by_partition.setdefault(tp, []).extend(records)
+        for index, (tp, records) in enumerate(runs):
+            if index <= last_merged.get(lookup[tp].id, -1):
+                keep.append((tp, records))
+            else:
+                by_partition.setdefault(tp, []).extend(records)
         for tp, records in by_partition.items():
             self._inputs[lookup[tp].id].put_back(tp, records)
         runs.clear()
-        return True
+        runs.extend(keep)
 
     def _holding_back(self) -> bool:
         """Whether a task holds records that a writer's progress will release (not idle)."""
@@ -482,7 +502,8 @@ class Worker(CommitSteps):
             task.positions.update(inputs.merge_positions())
             inputs.clear()  # re-read from the processed positions
             self._pauses.forget(task.input_partitions)
-            self._consumer.assign(task.input_partitions, task.positions)
+            # From what the stores reflect: a rebuild under way has not reached task.positions.
+            self._consumer.assign(task.input_partitions, task.store_positions)
         for tid in new:
             if self._membership is not None and self._membership.revocation_pending():
                 break  # the group is rebalancing again: answer it first; the rest waits
@@ -513,24 +534,31 @@ class Worker(CommitSteps):
         if committed_time > task.context.stream_time:
             task.context.stream_time = committed_time
         lost = task.store_set.lost_unlogged
-        behind = _unlogged_behind(task.store_set.unlogged_positions(), positions)
-        if (lost or behind) and positions:
+        recorded = task.store_set.unlogged_positions()
+        ahead = _unlogged_ahead(recorded, positions)
+        behind = _unlogged_behind(recorded, positions)
+        if ahead or ((lost or behind) and positions):
             replay_from = None
-            if behind and not lost and not task.store_set.has_changelogged_stores \
+            if behind and not lost and not ahead and not task.store_set.has_changelogged_stores \
                     and len({tuple(sorted(p.items())) for p in behind.values()}) == 1 \
-                    and set(behind) == set(task.store_set.unlogged_positions()):
+                    and set(behind) == set(recorded):
                 replay_from = next(iter(behind.values()))  # every store stopped at the same commit
             if replay_from is not None:
                 log.warning("task %s: store(s) %s have no changelog and are behind the committed offsets (a "
                             "crash between the commit and their write): replaying the input from %s with "
                             "outputs muted", tid, ", ".join(behind), _describe(replay_from))
             else:
-                # Replaying input for some stores would apply it twice to the others: the
+                # Replaying input for some stores would apply it twice to the others, and input
+                # a store reflects past the committed offsets cannot be taken out of it: the
                 # whole task's state is rebuilt from the input instead.
+                if ahead:
+                    reason = (f"reflect input past the committed offsets ({_describe(positions) or 'none'}; "
+                              "written by a commit whose offsets were not committed)")
+                else:
+                    reason = "no local state" if lost else "are behind the committed offsets"
                 log.warning("task %s: store(s) %s have no changelog and %s: rebuilding the task's state from "
                             "the start of the input (with its outputs muted up to the committed offsets)",
-                            tid, ", ".join(lost or behind),
-                            "no local state" if lost else "are behind the committed offsets")
+                            tid, ", ".join(ahead or lost or behind), reason)
             task.rebuild_from_input(positions, replay_from)
             positions, notes = dict(replay_from or {}), {}
         else:
@@ -686,6 +714,16 @@ def _unlogged_behind(recorded: Dict[str, Optional[Dict[TopicPartition, int]]],
     committed offsets (None: not recorded, taken as up to date)."""
     return {name: positions for name, positions in recorded.items() if positions is not None
             and any(positions.get(tp, 0) < offset for tp, offset in committed.items())}
+
+
+def _unlogged_ahead(recorded: Dict[str, Optional[Dict[TopicPartition, int]]],
+                    committed: Dict[TopicPartition, int]) -> List[str]:
+    """The stores without changelog that reflect input past the committed offsets (their
+    last write's offsets never got committed: a commit the group refused, a worker that
+    stopped before the group took them): the task processes that input again from the
+    committed offsets, which would apply it to them twice."""
+    return [name for name, positions in recorded.items() if positions is not None
+            and any(offset > committed.get(tp, 0) for tp, offset in positions.items())]
 
 
 def _describe(positions: Dict[TopicPartition, int]) -> str:

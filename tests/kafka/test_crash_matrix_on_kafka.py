@@ -1,15 +1,15 @@
-"""A crash matrix on a Kafka-protocol broker (issue 19): three workers in one group; one
+"""A crash matrix on Apache Kafka (issues 19 and 32): three workers in one group; one
 frozen (SIGSTOP) for longer than its 6 s session while the group rebalances, then
 resumed; one killed by SIGKILL at a named point of its commit (after the offsets, before
 its stores' write) and started again; one killed at a random moment and started again.
 The app keeps a changelogged count (behind a repartition topic) and a store without a
-changelog. at_least_once (the test broker has no transactions): nothing is lost, and the
-unlogged store, replayed or rebuilt from the input whenever it fell behind, ends equal to
-a recomputation from the input. Apache Kafka evicts the frozen member, which then finds
-its commits refused and its tasks closed dirty; Tansu 0.6.0 waits for it instead."""
+changelog. at_least_once: nothing is lost, and the unlogged store, replayed or rebuilt
+from the input whenever it is behind or ahead of the committed offsets, never applies a
+record twice nor skips one: every user's running count goes through exactly 1..n (some
+steps emitted more than once). Kafka evicts the frozen member, which then finds its
+commits refused and its tasks closed dirty."""
 from __future__ import annotations
 
-import json
 import random
 import signal
 import subprocess
@@ -74,19 +74,13 @@ def test_three_workers_frozen_killed_and_crashed_lose_nothing(kafka, tmp_path: P
         workers[1].wait(timeout=120)
         assert workers[1].returncode == -9, logs[1].read_text()[-3000:]   # died at its crash point
         restarted.append(app.worker("--until-idle", "10", state="s1", log=tmp_path / "w1b.log"))
-        logs_of = {workers[0]: logs[0], restarted[0]: tmp_path / "w2b.log", restarted[1]: tmp_path / "w1b.log"}
-        waiting = [workers[0], *restarted]
-        while waiting:
-            proc = waiting.pop(0)
+        for proc, log in ((workers[0], logs[0]), (restarted[0], tmp_path / "w2b.log"),
+                          (restarted[1], tmp_path / "w1b.log")):
             try:
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
-                replacement = _replace_if_stuck_in_tansus_join(app, proc, logs_of[proc], tmp_path, len(restarted))
-                restarted.append(replacement)
-                logs_of[replacement] = tmp_path / f"w-replacement-{len(restarted)}.log"
-                waiting.append(replacement)
-                continue
-            assert proc.returncode == 0, f"exit {proc.returncode}"
+                raise AssertionError(f"{log.name}: the worker did not exit: {log.read_text()[-3000:]}") from None
+            assert proc.returncode == 0, f"{log.name}: exit {proc.returncode}: {log.read_text()[-3000:]}"
     finally:
         stop(workers + restarted)
     ids = [n for values in app.read(app.ids).values() for n in values]
@@ -94,34 +88,16 @@ def test_three_workers_frozen_killed_and_crashed_lose_nothing(kafka, tmp_path: P
     counts = app.read(app.counts)
     for page, total in expected_pages.items():
         assert not set(range(1, total + 1)) - set(counts.get(page, ())), f"page {page}: a count step was lost"
-    final_per_user = {user: values[-1] for user, values in app.read(per_user_topic).items()}
-    assert final_per_user == dict(expected_users), "the unlogged store differs from a recomputation"
+    per_user = app.read(per_user_topic)
+    assert set(per_user) == set(expected_users)
+    for user, total in expected_users.items():
+        # Above n: a record applied twice to the store; a gap: one it never got. (Not the
+        # last value: a zombie's late output may come after the final one at at_least_once.)
+        steps, exact = set(per_user[user]), set(range(1, total + 1))
+        assert steps == exact, (f"user {user}: the unlogged store differs from a recomputation: counts up to "
+                                f"{max(steps)} for {total} record(s), missing {sorted(exact - steps)[:5]}")
     text = "".join(log.read_text() for log in sorted(tmp_path.glob("w*.log")))
     print(f"\ncrash matrix on Kafka: {len(ids) - EVENTS} duplicate id(s); "
           f"{text.count('behind the committed offsets')} replay(s)/rebuild(s) of a store behind its commit; "
-          f"{text.count('closed dirty')} task(s) closed dirty; "
-          f"{len(list(tmp_path.glob('w-replacement-*.log')))} worker(s) replaced while stuck in Tansu's join")
-
-
-STUCK_REPLACEMENTS = 2
-
-
-def _replace_if_stuck_in_tansus_join(app: KafkaApp, proc, log: Path, tmp_path: Path, started: int):
-    """A worker that did not exit: fail unless it is stuck in Tansu 0.6.0's group join, then
-    kill it and start another on the same state directory (its commits are safe: it was
-    waiting for an assignment after committing its tasks).
-
-    Seen on Tansu when the other members leave the group at once while a rebalance is under
-    way: the survivor's JoinGroup keeps answering the same generation with a departed
-    member as leader, whose SyncGroup never comes, so the survivor rejoins every ~8 s for
-    ever. Apache Kafka removes a member that left before it completes the join."""
-    lines = [line for line in log.read_text().splitlines() if " streamkit." in line]
-    stuck = bool(lines) and "waiting for the new assignment" in (
-        [line for line in lines if "record(s) in the last" not in line] or [""])[-1]
-    if not stuck or started >= 2 + STUCK_REPLACEMENTS:
-        stop([proc])
-        raise AssertionError(f"a worker did not exit (and is not stuck in Tansu's join): {log.read_text()[-3000:]}")
-    state = next(arg for arg in proc.args if str(tmp_path) in arg)
-    stop([proc])
-    return app.worker("--until-idle", "10", state=Path(state).name,
-                      log=tmp_path / f"w-replacement-{started + 1}.log")
+          f"{text.count('past the committed offsets')} rebuild(s) of a store ahead of its commit; "
+          f"{text.count('closed dirty')} task(s) closed dirty")

@@ -255,6 +255,8 @@ class KafkaClientConfig:
     session_timeout_ms: int = 10000
     heartbeat_interval_ms: int = 3000
     max_poll_interval_ms: int = 300000
+    """Longest a group member may go without polling before it leaves the group, and the
+    group's rebalance timeout (:attr:`rebalance_timeout_ms`), as in Kafka Streams."""
     fetch_max_wait_ms: int = 500
     """Longest the broker holds a fetch that has less than one byte to return (Kafka's
     ``fetch.max.wait.ms``). Apache Kafka answers as soon as records arrive; brokers that
@@ -402,6 +404,15 @@ class KafkaClientConfig:
         if self.group_instance_id is not None:
             kwargs["group_instance_id"] = self.group_instance_id
         return kwargs
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        """How long the coordinator waits, once a rebalance began, for each member to join
+        again before it removes the member: ``max_poll_interval_ms``, as Kafka Streams and
+        librdkafka use it. A member joins once its worker committed the revoked tasks, which
+        may take a processing slice and a commit, so the session timeout (aiokafka's default
+        here) is too short for a busy worker."""
+        return self.max_poll_interval_ms
 
     def admin_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``AIOKafkaAdminClient``: the common ones it accepts."""
@@ -679,6 +690,13 @@ def _check_consistency(cfg: KafkaClientConfig, origin: Callable[[str], str], fro
             f"heartbeat_interval_ms ({cfg.heartbeat_interval_ms}, {origin('heartbeat_interval_ms')}) "
             f"must be lower than session_timeout_ms ({cfg.session_timeout_ms}, "
             f"{origin('session_timeout_ms')}); a third of it is usual")
+
+    if cfg.max_poll_interval_ms <= cfg.heartbeat_interval_ms:
+        raise ConfigError(
+            f"max_poll_interval_ms ({cfg.max_poll_interval_ms}, {origin('max_poll_interval_ms')}) "
+            f"must be larger than heartbeat_interval_ms ({cfg.heartbeat_interval_ms}, "
+            f"{origin('heartbeat_interval_ms')}): it is also the group's rebalance timeout, and a member "
+            "learns of a rebalance only at its next heartbeat")
 
     _check_codec(cfg.compression_type, origin("compression_type"))
     if cfg.kafka_client == "librdkafka":

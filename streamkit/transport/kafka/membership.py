@@ -2,9 +2,12 @@
 rebalance listener hands revocations and assignments to the worker's loop.
 
 Revocation is a handshake: aiokafka awaits ``on_partitions_revoked`` before the
-rebalance goes on, so the listener waits (bounded) until the worker loop has
-committed every task, then lets it proceed. Assignments arrive paused; the
-worker resumes each task's partitions once its stores are restored.
+rebalance goes on, so the listener waits (bounded, see :func:`revoke_wait`) until the
+worker loop has committed every task, then lets it proceed. The member joins the new
+generation only then, so its rebalance timeout is ``max_poll_interval_ms`` (as in Kafka
+Streams), not aiokafka's default, the session timeout: a worker busy with a slow
+processing slice would be removed from the group and its producers fenced. Assignments
+arrive paused; the worker resumes each task's partitions once its stores are restored.
 """
 from __future__ import annotations
 
@@ -29,9 +32,21 @@ from .records import Lost, fetch_batches
 
 log = logging.getLogger(__name__)
 
-REVOKE_TIMEOUT = 60.0  # s the rebalance waits for the worker to commit revoked tasks
+REVOKE_TIMEOUT = 60.0
+"""Longest (s) a rebalance waits for the worker to commit revoked tasks; less when the
+rebalance timeout is short (see :func:`revoke_wait`)."""
 COMMIT_TIMEOUT = 15.0  # s an offset commit may take before the worker gives up with an error
 _MIGRATED = (CommitFailedError, IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError)
+
+
+def revoke_wait(config: KafkaClientConfig) -> float:
+    """How long (s) a revocation waits for the worker's commit: REVOKE_TIMEOUT, or less so
+    that the member still rejoins within the rebalance timeout. It learns of a rebalance
+    up to a heartbeat interval after the rebalance began; the wait takes at most half of
+    what remains, leaving the rest for the join itself (else the coordinator removes the
+    member and its producers are fenced)."""
+    remaining_ms = config.rebalance_timeout_ms - config.heartbeat_interval_ms
+    return min(REVOKE_TIMEOUT, max(remaining_ms, 0) / 2000)
 
 
 class KafkaGroupConsumer(Consumer):
@@ -152,8 +167,10 @@ class KafkaGroupMembership(Membership):
             tasks=plan.tasks, standby_replicas=plan.standby_replicas, stateful=plan.stateful,
             state=lambda: MemberState(frozenset(plan.running()), frozenset(plan.local_state()), fingerprint,
                                       plan.endpoint))
+        self._revoke_wait = revoke_wait(config)
         self._kafka = no_topic_auto_creation(AIOKafkaConsumer(
             **config.consumer_kwargs(), group_id=group, enable_auto_commit=False,
+            rebalance_timeout_ms=config.rebalance_timeout_ms,
             auto_offset_reset="none",  # a position outside the log is handled by fetch_batches
             isolation_level="read_committed", partition_assignment_strategy=(self._assignor,)))
         self._consumer = KafkaGroupConsumer(self._kafka, group)
@@ -232,11 +249,11 @@ class KafkaGroupMembership(Membership):
             return
         self._revoking = asyncio.Event()
         try:
-            await asyncio.wait_for(self._revoking.wait(), REVOKE_TIMEOUT)
+            await asyncio.wait_for(self._revoking.wait(), self._revoke_wait)
         except asyncio.TimeoutError:
             log.warning("group %s: the worker did not commit its tasks within %.0f s of a rebalance; the "
                         "rebalance goes on and their uncommitted work will be redone by the next owner",
-                        self._group, REVOKE_TIMEOUT)
+                        self._group, self._revoke_wait)
         finally:
             self._revoking = None
 

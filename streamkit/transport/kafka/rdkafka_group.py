@@ -3,7 +3,9 @@
 librdkafka cannot run streamkit's own group assignor (``streamkit-tasks``, see
 assignor.py), so the group member stays the aiokafka consumer of
 :class:`~.membership.KafkaGroupMembership`: it joins, heartbeats, receives whole tasks
-and runs the revocation handshake exactly as without librdkafka. Its partitions stay
+and runs the revocation handshake exactly as without librdkafka, with the same rebalance
+timeout, ``max_poll_interval_ms`` (which librdkafka would use too, as its
+``max.poll.interval.ms``; its fetcher never joins a group, so none is set there). Its partitions stay
 paused (it fetches nothing); the worker's inputs are read by a librdkafka consumer with
 manual assignment (:class:`~.rdkafka_fetcher.RdKafkaFetcher`), positioned by the worker.
 
