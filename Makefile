@@ -29,6 +29,7 @@ setup-spark: $(VENV)/.installed-test
 test: $(VENV)/.installed-test
 	scripts/ensure-java
 	scripts/ensure-kafka >/dev/null
+	scripts/ensure-kafka-streams >/dev/null
 	scripts/ensure-spark-kafka >/dev/null
 	scripts/ensure-chromium --optional
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
