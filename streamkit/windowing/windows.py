@@ -29,7 +29,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import ClassVar, Collection, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from ..errors import ConfigError
 
@@ -214,19 +214,20 @@ class HoppingWindows(_Windows):
 
 @dataclass(frozen=True)
 class SlidingWindowUpdate:
-    """One window a new record touches (see :meth:`SlidingWindows.updates_for`).
+    """One window a new record touches (see :meth:`SlidingWindows.updates_for_stored`).
 
-    ``created``: the window did not exist before this record; its initial content is
-    every earlier record in ``[start, end]`` that some stored window still holds (a record
-    that arrived when all its own windows were closed is in none, as in Kafka Streams).
-    ``includes_record``: the new record belongs to it (false only for the new record's own
-    right window, which holds the later records within the time difference).
+    ``created``: the window is not stored yet. ``base_start``: the stored window whose
+    aggregate, as it was before this record, the result starts from: the window itself
+    when it is updated; for a created window the one Kafka Streams copies, or ``None``
+    when it starts empty. ``includes_record``: the new record is added to it (false only
+    for the new record's own right window, a copy of a window holding the later records).
     """
 
     start: int
     end: int
     created: bool
     includes_record: bool
+    base_start: Optional[int] = None
 
     @property
     def window(self) -> Window:
@@ -253,6 +254,11 @@ def _sliding_windows(timestamps: Sequence[int], difference_ms: int) -> Set[Windo
     return windows
 
 
+def _updated(start: int, difference_ms: int) -> SlidingWindowUpdate:
+    return SlidingWindowUpdate(start, start + difference_ms, created=False, includes_record=True,
+                               base_start=start)
+
+
 @dataclass(frozen=True)
 class SlidingWindows(_Windows):
     """Kafka Streams' sliding windows (KIP-450): windows defined by the records.
@@ -267,6 +273,9 @@ class SlidingWindows(_Windows):
 
     A window closes when stream time >= ``end + 1 + grace``. A record is late (all
     its windows are closed) iff ``is_closed(t + time_difference, stream_time)``.
+    Which windows a record creates, and from what, follows Kafka Streams 4.1 exactly
+    (:meth:`updates_for_stored`): it knows earlier records only through the stored
+    windows, so after a record met closed windows the windows can differ from the ideal.
 
     >>> from datetime import timedelta
     >>> w = SlidingWindows(timedelta(seconds=10))
@@ -299,76 +308,154 @@ class SlidingWindows(_Windows):
     def retention_ms(self) -> int:
         """A window store must keep every window with ``start >= stream time - retention_ms``.
 
-        ``2 * time_difference + grace + 1``: an on-time record may be ``time_difference +
-        grace`` behind stream time, and creating its windows reads windows starting up to
-        ``time_difference + 1`` before it (one ms more than Kafka's minimum, which can
-        lose such a record).
+        ``2 * time_difference + grace + 1``: the earliest stored window that decides an
+        on-time record's open windows is its previous record's, when only that record's
+        right window is still open: that record lies at most ``time_difference + grace + 1``
+        behind stream time, and its window starts ``time_difference`` before it. Kafka Streams' store keeps ``2 * time_difference +
+        grace`` from the largest window start it wrote, which can be stream time itself: it
+        can lose such a record.
         """
         return 2 * self._difference_ms + self._grace_ms + 1
 
-    def updates_for(self, seen_ms: Sequence[int], timestamp_ms: int,
-                    existing_starts: Optional[Collection[int]] = None) -> List[SlidingWindowUpdate]:
-        """The windows to create or update when a record at ``timestamp_ms`` arrives.
+    def read_range(self, timestamp_ms: int) -> Window:
+        """``(first, last)``: the starts of the stored windows :meth:`updates_for_stored`
+        reads for a record at ``timestamp_ms`` (both inclusive)."""
+        return (max(0, timestamp_ms - 2 * self._difference_ms), timestamp_ms + 1)
 
-        ``seen_ms``: the sorted timestamps of the key's earlier records (duplicates
-        allowed). Only those in ``[t - time_difference - 1, t + time_difference + 1]``
-        matter; others are ignored, so passing more is fine. ``existing_starts``: the
-        starts of the windows the store holds near ``t`` (default: those ``seen_ms``
-        define); a stored window holding ``t`` is updated even when ``seen_ms`` does not
-        define it (a late record's right window, whose own record is in no stored window).
+    def updates_for(self, seen_ms: Sequence[int], timestamp_ms: int) -> List[SlidingWindowUpdate]:
+        """:meth:`updates_for_stored` for a key whose store holds exactly the windows its
+        earlier records ``seen_ms`` define (as it does while none came late).
 
-        1. every existing window holding ``t``, updated;
-        2. the previous record's right window, created if it did not exist and the new
-           record falls in it;
-        3. the new record's left window, created unless it exists;
-        4. its right window, created if some record lies in ``(t, t + time_difference]``
-           and it does not exist yet (it does not include the new record).
-
-        Returned in the order Kafka Streams forwards them: the existing windows by
-        descending start, then 2, 3, 4. For an early record (``t < time_difference``,
-        whose left window is the shared ``[0, time_difference]``): existing windows other
-        than the shared one by ascending start, then 4, 2, and the shared window last.
-        Closed windows are included: skip those for which ``is_closed`` holds.
+        ``seen_ms``: their sorted timestamps (duplicates allowed). Only those in
+        ``[t - 2 * time_difference - 1, t + time_difference + 1]`` matter; others are
+        ignored, so passing more is fine.
         """
         _check_timestamp(timestamp_ms)
         difference = self._difference_ms
-        low = bisect_left(seen_ms, timestamp_ms - difference - 1)
+        low = bisect_left(seen_ms, timestamp_ms - 2 * difference - 1)
         high = bisect_right(seen_ms, timestamp_ms + difference + 1)
         near = list(seen_ms[low:high])
         if any(a > b for a, b in zip(near, near[1:])):
             raise ValueError("updates_for(): seen_ms must be sorted in ascending order")
         if near and near[0] < 0:
             raise ValueError(f"updates_for(): seen_ms holds a negative timestamp ({near[0]})")
-        before = _sliding_windows(near, difference)
-        existing = before if existing_starts is None else {(s, s + difference) for s in existing_starts}
-        near.insert(bisect_right(near, timestamp_ms), timestamp_ms)
-        touched = {w for w in _sliding_windows(near, difference)
-                   if w[0] <= timestamp_ms <= w[1] or w not in existing}
-        touched |= {w for w in existing if w[0] <= timestamp_ms <= w[1]}
-        updates = [SlidingWindowUpdate(start, end, created=(start, end) not in existing,
-                                       includes_record=start <= timestamp_ms <= end)
-                   for start, end in touched]
-        return _forwarding_order(updates, timestamp_ms, difference)
+        stored = [(start, max(t for t in near if start <= t <= end))
+                  for start, end in _sliding_windows(near, difference)]
+        return self.updates_for_stored(stored, timestamp_ms)
 
+    def updates_for_stored(self, stored: Iterable[Tuple[int, int]],
+                           timestamp_ms: int) -> List[SlidingWindowUpdate]:
+        """The windows to update or create when a record at ``t = timestamp_ms`` arrives,
+        in the order Kafka Streams 4.1 forwards them, by its rule.
 
-def _forwarding_order(updates: List[SlidingWindowUpdate], timestamp_ms: int,
-                      difference_ms: int) -> List[SlidingWindowUpdate]:
-    """``updates`` in Kafka Streams' forwarding order (see :meth:`SlidingWindows.updates_for`)."""
-    left = _left_window(timestamp_ms, difference_ms)
-    right_start = timestamp_ms + 1
-    updated = [u for u in updates if not u.created and u.window != left]
-    created = {"left": [], "right": [], "previous": []}  # type: Dict[str, List[SlidingWindowUpdate]]
-    left_updates = [u for u in updates if u.window == left]
-    for u in updates:
-        if u.created and u.window != left:
-            created["right" if u.start == right_start else "previous"].append(u)
-    if timestamp_ms < difference_ms:  # early: the shared [0, d] window goes last
-        return (sorted(updated, key=lambda u: u.start) + created["right"] + created["previous"]
-                + left_updates)
-    existing_left = [u for u in left_updates if not u.created]
-    created_left = [u for u in left_updates if u.created]
-    return (sorted(updated + existing_left, key=lambda u: -u.start) + created["previous"] + created_left
-            + created["right"])
+        ``stored``: the key's stored windows as ``(start, latest)``, ``latest`` the largest
+        record timestamp in the window. Only those starting in :meth:`read_range` count
+        (Kafka reads no others); passing more is fine. Kafka Streams knows earlier records
+        only through these windows. It reads them from the latest start down:
+
+        1. each window holding ``t`` but ending after it is updated; the first one read
+           (the latest start) is the *right source*: the records after ``t`` it can see;
+        2. the left window ``[t - d, t]``, if stored, is updated; if its latest is ``t``
+           (a record at ``t`` came before) nothing else happens, else that latest is the
+           *previous record*;
+        3. the first window ending before ``t`` stops the reading: its latest is the
+           previous record (replacing the one of step 2) and its aggregate the *left source*.
+
+        Then it creates, when not read in 1-3:
+
+        4. the previous record's right window, if ``t`` falls in it: holding only the new
+           record (Kafka assumes nothing else lies between the two);
+        5. the left window, from the left source if the previous record lies in
+           ``[t - d, t]``, else empty, plus the new record (once, when it is the window of 4);
+        6. the right window ``[t + 1, t + 1 + d]`` if the right source's latest is after
+           ``t``: a copy of the right source, without the new record.
+
+        The previous record is thus the latest record of the latest window that ends
+        before ``t`` (or of ``t``'s left window), not any window holding ``t``: a record
+        whose left window was closed when it came has no window ending before a later
+        record, so it is no one's previous record and gets no right window afterwards.
+
+        An early record (``t < d``, whose left window is the shared ``[0, d]``) reads the
+        windows starting in ``[0, t + 1]`` by ascending start: each starting in ``[1, t]``
+        is updated, the latest of them is the right source (else ``[0, d]`` if its latest
+        is after ``t``); the previous record is ``[0, d]``'s latest if before ``t``. Then:
+        the right window (6), the previous record's right window (4), and ``[0, d]``
+        updated or created last.
+
+        Closed windows are included (skip those for which :meth:`is_closed` holds); the
+        right window of an on-time record is never closed.
+        """
+        _check_timestamp(timestamp_ms)
+        first, last = self.read_range(timestamp_ms)
+        latest_by_start = {start: latest for start, latest in stored if first <= start <= last}
+        if timestamp_ms < self._difference_ms:
+            return self._early_updates(latest_by_start, timestamp_ms)
+        return self._updates(latest_by_start, timestamp_ms)
+
+    def _updates(self, latest_by_start: Dict[int, int], t: int) -> List[SlidingWindowUpdate]:
+        difference = self._difference_ms
+        updates: List[SlidingWindowUpdate] = []
+        read: Set[int] = set()
+        right_source = left_source = previous = None  # type: Optional[int]
+        left_stored = right_stored = False
+        for start in sorted(latest_by_start, reverse=True):
+            read.add(start)
+            end, latest = start + difference, latest_by_start[start]
+            if start == t + 1:
+                right_stored = True
+            elif end > t:
+                if right_source is None:
+                    right_source = start
+                updates.append(_updated(start, difference))
+            elif end == t:
+                left_stored = True
+                updates.append(_updated(start, difference))
+                if latest >= t:
+                    return updates
+                previous = latest
+            else:
+                left_source, previous = start, latest
+                break
+        previous_right = None
+        if previous is not None and previous + 1 not in read and previous + 1 + difference >= t:
+            previous_right = previous + 1
+            updates.append(SlidingWindowUpdate(previous_right, previous_right + difference,
+                                               created=True, includes_record=True))
+        # Kafka writes the left window a second time when it is the previous record's right
+        # window just created (the same value: that record is then more than d before t).
+        if not left_stored and previous_right != t - difference:
+            in_left = previous is not None and previous >= t - difference
+            updates.append(SlidingWindowUpdate(t - difference, t, created=True, includes_record=True,
+                                               base_start=left_source if in_left else None))
+        if not right_stored and right_source is not None and latest_by_start[right_source] > t:
+            updates.append(SlidingWindowUpdate(t + 1, t + 1 + difference, created=True, includes_record=False,
+                                               base_start=right_source))
+        return updates
+
+    def _early_updates(self, latest_by_start: Dict[int, int], t: int) -> List[SlidingWindowUpdate]:
+        difference = self._difference_ms
+        updates: List[SlidingWindowUpdate] = []
+        right_source = previous = None  # type: Optional[int]
+        shared = latest_by_start.get(0)
+        if shared is not None and shared < t:
+            previous = shared
+        for start in sorted(latest_by_start):
+            if 0 < start <= t:
+                right_source = start
+                updates.append(_updated(start, difference))
+        if right_source is None and shared is not None and shared > t:
+            right_source = 0
+        if t + 1 not in latest_by_start and right_source is not None and latest_by_start[right_source] > t:
+            updates.append(SlidingWindowUpdate(t + 1, t + 1 + difference, created=True, includes_record=False,
+                                               base_start=right_source))
+        if previous is not None and previous + 1 not in latest_by_start:
+            updates.append(SlidingWindowUpdate(previous + 1, previous + 1 + difference,
+                                               created=True, includes_record=True))
+        if shared is None:
+            updates.append(SlidingWindowUpdate(0, difference, created=True, includes_record=True))
+        else:
+            updates.append(_updated(0, difference))
+        return updates
 
 
 @dataclass(frozen=True)

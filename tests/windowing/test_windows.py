@@ -257,8 +257,10 @@ def test_sliding_ignores_timestamps_out_of_range():
 
 def test_sliding_update_fields():
     update = SLIDING.updates_for([20], 25)[1]
-    assert update == SlidingWindowUpdate(15, 25, created=True, includes_record=True)
+    # the left window starts from the aggregate of [10, 20], the previous record's left window
+    assert update == SlidingWindowUpdate(15, 25, created=True, includes_record=True, base_start=10)
     assert update.window == (15, 25)
+    assert SLIDING.updates_for([20], 25)[0].base_start is None   # 20's right window: 25 alone
 
 
 @pytest.mark.parametrize("seen, timestamp, expected", [
@@ -279,13 +281,59 @@ def test_sliding_updates_come_in_kafka_streams_forwarding_order(seen, timestamp,
     assert updates(seen, timestamp, windows) == expected
 
 
-def test_sliding_updates_include_a_stored_window_no_seen_record_defines():
-    """A late record's right window holds only later records: no timestamp in ``seen``
-    defines it, yet a record falling in it must update it (issue 18, item 2)."""
+def stored_updates(stored: Dict[int, int], timestamp: int, windows: SlidingWindows = SLIDING
+                   ) -> List[Tuple[int, int, str, object]]:
+    """``(start, end, flags, base_start)`` of ``updates_for_stored`` (flags as in ``updates``)."""
+    return [(u.start, u.end, ("c" if u.created else "") + ("i" if u.includes_record else ""), u.base_start)
+            for u in windows.updates_for_stored(stored.items(), timestamp)]
+
+
+def test_sliding_updates_a_stored_window_no_seen_record_defines():
+    """A late record's right window holds only later records, yet a record falling in it
+    updates it (issue 18, item 2). Difference 12: c@45, then c@40 when [28,40] was closed:
+    stored are [33,45] and 40's right window [41,53], both with latest 45."""
     windows = SlidingWindows(ms(12), grace=ms(4))
-    # c@45 then c@40 at stream time 52: [41, 53] was created (holding 45); [33, 45] is stored.
-    result = windows.updates_for([45], 52, existing_starts={33, 41})
-    assert (41, 53) in [u.window for u in result if not u.created and u.includes_record]
+    assert stored_updates({33: 45, 41: 45}, 52, windows) == [
+        (41, 53, "i", 41), (46, 58, "ci", None), (40, 52, "ci", 33)]
+
+
+def test_sliding_previous_record_comes_from_a_window_ending_before_the_record():
+    """Issue 33 (difference 5): c@13, then c@15 when its left window [10,15] was closed; stored
+    are [8,13] and 13's right window [14,19] (latest 15). For c@18 the previous record is 13,
+    the latest of [8,13] (the window ending before 18), not 15: no [16,21] is created, and the
+    left window [13,18] starts from [8,13]."""
+    assert stored_updates({8: 13, 14: 15}, 18, SlidingWindows(ms(5))) == [
+        (14, 19, "i", 14), (13, 18, "ci", 8)]
+    # with 15's left window stored (it came while that was open), 15 is the previous record
+    assert stored_updates({8: 13, 10: 15, 14: 15}, 18, SlidingWindows(ms(5))) == [
+        (14, 19, "i", 14), (16, 21, "ci", None), (13, 18, "ci", 10)]
+
+
+def test_sliding_previous_record_of_a_stored_left_window_is_replaced_by_the_next_window():
+    """Difference 2: the left window [3,5] of a@5 is stored (latest 3), so the reading goes on
+    to [2,4] (latest 2), which then gives the previous record: 2, whose right window [3,5]
+    exists. 3's right window [4,6] is not created (Kafka Streams 4.1 does the same)."""
+    assert stored_updates({0: 2, 2: 2, 3: 3}, 5, SlidingWindows(ms(2))) == [(3, 5, "i", 3)]
+
+
+def test_sliding_record_equal_to_its_stored_left_windows_latest_creates_nothing():
+    # [15,25] holds a record at 25: only the windows holding 25 are updated, even though 25's
+    # right window [26,36] is missing while [21,31] holds 30
+    assert stored_updates({15: 25, 21: 30}, 25) == [(21, 31, "i", 21), (15, 25, "i", 15)]
+
+
+def test_sliding_reads_only_windows_starting_from_t_minus_2d_to_t_plus_1():
+    # [1,11] (start t - 2d - 1) and [24,34] (start t + 2) are not read: the left window is empty
+    assert stored_updates({1: 11, 24: 30}, 22) == [(12, 22, "ci", None)]
+    # both read at the edges: 12 is the previous record, its right window [13,23] is created,
+    # the left window starts from [2,12], and 22's right window [23,33] exists
+    assert stored_updates({2: 12, 23: 30}, 22) == [(13, 23, "ci", None), (12, 22, "ci", 2)]
+    assert SLIDING.read_range(22) == (2, 23) and SLIDING.read_range(5) == (0, 6)
+
+
+def test_sliding_previous_record_right_window_that_is_the_left_window_is_created_once():
+    # 14 = t - d - 1: its right window [15,25] is 25's left window; Kafka writes it twice
+    assert stored_updates({4: 14}, 25) == [(15, 25, "ci", None)]
 
 
 def test_sliding_rejects_bad_input():
@@ -316,8 +364,9 @@ def _oracle_windows(records: List[int], difference: int) -> Set[Tuple[int, int]]
 
 @pytest.mark.parametrize("seed", range(12))
 def test_sliding_updates_maintain_exact_window_contents(seed):
-    """Applying the updates (a count per window) over a random out-of-order stream yields
-    exactly the windows KIP-450 defines, each with the number of records it contains."""
+    """Applying the updates (a count per window, created ones copying their base window)
+    over a random out-of-order stream with nothing late yields exactly the windows KIP-450
+    defines, each with the number of records it contains."""
     rng = random.Random(seed)
     difference = rng.choice([1, 3, 10, 25])
     windows = SlidingWindows(ms(difference))
@@ -327,11 +376,14 @@ def test_sliding_updates_maintain_exact_window_contents(seed):
         t = rng.randrange(0, 120)
         result = windows.updates_for(seen, t)
         assert len({u.start for u in result}) == len(result)
+        before = dict(counts)
         for u in result:
             assert u.created == (u.window not in counts)
             assert u.includes_record == (u.start <= t <= u.end)
-            if u.created:
-                counts[u.window] = sum(u.start <= s <= u.end for s in seen)
+            if u.created:   # content: a copy of the base window's, as it was before t
+                counts[u.window] = 0 if u.base_start is None else before[(u.base_start, u.base_start + difference)]
+            else:
+                assert u.base_start == u.start
             if u.includes_record:
                 counts[u.window] += 1
         seen.append(t)

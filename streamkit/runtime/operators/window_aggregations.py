@@ -10,7 +10,7 @@ session, its end plus gap plus grace); a record with no open window left is late
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable
 
 from ...topology import nodes as ir
 from ...windowing.windowed_keys import windowed_of_valid
@@ -157,10 +157,10 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
 def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
     """Sliding windows (KIP-450): windows ``[start, start + d]`` defined by the records.
 
-    A new window's content is the content of an existing window: the existing window
-    whose records all lie in the new window's bounds and span the widest range (it
-    holds every record there), so no record needs to be kept. The store keeps, per
-    window, the latest and the earliest record time.
+    Which windows a record updates and creates, and which stored window's aggregate a
+    created one starts from, is Kafka Streams' rule (``SlidingWindows.updates_for_stored``),
+    so no record needs to be kept. The store keeps, per window, the latest and the
+    earliest record time.
     """
     task = env.task
     store = task.stores[node.store]
@@ -170,18 +170,11 @@ def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env
     step = _add_step(node)
     windows = node.windows
     difference = windows.time_difference_ms
-    updates_for, is_closed = windows.updates_for, windows.is_closed
+    updates_for_stored, read_range, is_closed = windows.updates_for_stored, windows.read_range, windows.is_closed
     clock = task.observed_time(node.name, (node.store,))
     late = LateRecords(task, node.name, node.late_records_topic, clock)
     metrics = task.metrics
     Change = ir.Change
-
-    def content_of(existing: List[Tuple[int, Any, int, int]], start: int, end: int) -> Optional[Tuple[Any, int, int]]:
-        best = None
-        for _start, value, latest, earliest in existing:
-            if earliest >= start and latest <= end and (best is None or latest - earliest > best[1] - best[2]):
-                best = (value, latest, earliest)
-        return best
 
     def sliding_aggregate(key: Any, value: Any, timestamp: int) -> None:
         if key is None:
@@ -196,25 +189,16 @@ def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env
             late.drop(key, timestamp, f"[{max(0, timestamp - difference)},{timestamp + difference}]")
             return
         kb = key_bytes(key)
-        existing = [(start, v, latest, earliest)
-                    for start, v, latest, earliest in scan(kb, max(0, timestamp - 2 * difference - 1),
-                                                          timestamp + difference + 1)]
-        by_start = {entry[0]: entry for entry in existing}
-        seen = sorted({t for entry in existing for t in (entry[2], entry[3])})
-        for update in updates_for(seen, timestamp, by_start):
+        stored = {start: (v, latest, earliest) for start, v, latest, earliest in scan(kb, *read_range(timestamp))}
+        for update in updates_for_stored([(start, entry[1]) for start, entry in stored.items()], timestamp):
             start, end = update.start, update.end
             if is_closed(end, stream_time):
                 continue
-            if update.created:
-                content = content_of(existing, start, end)
-                old = None
-                if content is None:
-                    base, latest, earliest = None, -1, timestamp
-                else:
-                    base, latest, earliest = content
-            else:
-                _start, old, latest, earliest = by_start[start]
-                base = old
+            if update.base_start is None:
+                base, latest, earliest = None, -1, timestamp
+            else:  # the stored aggregate as it was before this record
+                base, latest, earliest = stored[update.base_start]
+            old = None if update.created else base
             if update.includes_record:
                 new = step(key, value, base)
                 latest = max(latest, timestamp)
