@@ -1,11 +1,16 @@
 """A consumer of explicitly assigned partitions (restore, standbys, the console consumer)."""
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+import aiokafka.errors as aiokafka_errors
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import GroupCoordinatorNotAvailableError, KafkaError, NotCoordinatorForGroupError
+from aiokafka.protocol.commit import OffsetFetchRequest
 
 from ...errors import StreamkitError
 from ..base import Consumer, FetchedBatch, TopicPartition
@@ -14,6 +19,7 @@ from .connect import authorization_error, start_with_retry
 from .no_auto_create import no_topic_auto_creation
 from .records import Lost, fetch_batches
 
+log = logging.getLogger(__name__)
 
 
 class KafkaAssignedConsumer(Consumer):
@@ -135,24 +141,85 @@ class KafkaAssignedConsumer(Consumer):
 async def committed_offsets(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition]
                             ) -> Dict[TopicPartition, int]:
     """The committed offsets of ``partitions`` for ``kafka``'s group."""
-    out = {}
-    for tp in partitions:
-        offset = await kafka.committed(KafkaTopicPartition(*tp))
-        if offset is not None and offset >= 0:
-            out[tp] = offset
-    return out
+    return {tp: offset for tp, (offset, _metadata) in (await _fetch_committed(kafka, partitions)).items()}
 
 
 async def committed_metadata(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition]
                              ) -> Dict[TopicPartition, str]:
     """The metadata strings committed with the offsets of ``partitions`` for ``kafka``'s group
     (aiokafka's ``committed()`` returns the offset only)."""
+    return {tp: metadata for tp, (_offset, metadata) in (await _fetch_committed(kafka, partitions)).items()
+            if metadata}
+
+
+#: How long a group's committed offsets are asked for again while its coordinator cannot answer.
+OFFSET_FETCH_TIMEOUT = 60.0
+#: Seconds between two OffsetFetch requests while the coordinator cannot answer.
+OFFSET_FETCH_BACKOFF = 0.2
+
+
+async def _fetch_committed(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition]
+                           ) -> Dict[TopicPartition, Tuple[int, str]]:
+    """``(offset, metadata)`` committed for ``kafka``'s group, per partition of ``partitions``
+    that has a commit.
+
+    Not aiokafka's ``committed()``: it ignores the group-level error of an OffsetFetch v2+
+    answer. A coordinator that is loading the group (a broker restarted, the coordinator
+    moved) answers with that error and no partitions, which aiokafka takes for "nothing
+    committed": a task would restart from the beginning of its input on top of its restored
+    state and count every record again. Here such an answer, or one leaving out a partition
+    asked for, is asked again (up to :data:`OFFSET_FETCH_TIMEOUT`)."""
     coordinator = kafka._coordinator
-    if coordinator is None or not partitions:
+    group = getattr(kafka, "_group_id", None)
+    if coordinator is None or group is None or not partitions:
         return {}
-    fetched = await coordinator.fetch_committed_offsets([KafkaTopicPartition(*tp) for tp in partitions])
-    return {TopicPartition(ktp.topic, ktp.partition): found.metadata
-            for ktp, found in fetched.items() if found is not None and found.offset >= 0 and found.metadata}
+    by_topic: Dict[str, List[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    deadline = time.monotonic() + OFFSET_FETCH_TIMEOUT
+    while True:
+        await coordinator.ensure_coordinator_known()
+        try:
+            response = await coordinator._send_req(OffsetFetchRequest(group, list(by_topic.items())))
+            return _committed_in(response, partitions)
+        except KafkaError as exc:
+            if isinstance(exc, (NotCoordinatorForGroupError, GroupCoordinatorNotAvailableError)):
+                coordinator.coordinator_dead()
+            if not exc.retriable:
+                raise
+            if time.monotonic() > deadline:
+                raise StreamkitError(f"fetching the committed offsets of {describe_partitions(partitions)} for "
+                                     f"group {group} failed for {OFFSET_FETCH_TIMEOUT:.0f} s: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+            log.info("group %s: committed offsets not available yet (%s); asking again", group,
+                     type(exc).__name__)
+            await asyncio.sleep(OFFSET_FETCH_BACKOFF)
+
+
+def _committed_in(response: Any, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, Tuple[int, str]]:
+    """The commits an OffsetFetch answer holds; raises its group-level or partition error, or
+    a retriable error when it leaves out a partition asked for."""
+    group_error = aiokafka_errors.for_code(getattr(response, "error_code", 0))
+    if group_error is not aiokafka_errors.NoError:
+        raise group_error()
+    found: Dict[TopicPartition, Tuple[int, str]] = {}
+    answered = set()
+    for topic, entries in response.topics:
+        for partition, offset, metadata, code in entries:
+            tp = TopicPartition(topic, partition)
+            error = aiokafka_errors.for_code(code)
+            if error is aiokafka_errors.UnknownTopicOrPartitionError:
+                log.warning("OffsetFetch: %s[%d] is unknown to the group's coordinator", topic, partition)
+            elif error is not aiokafka_errors.NoError:
+                raise error()
+            answered.add(tp)
+            if offset >= 0:
+                found[tp] = (offset, metadata or "")
+    left_out = [tp for tp in partitions if tp not in answered]
+    if left_out:
+        raise aiokafka_errors.GroupLoadInProgressError(
+            f"the coordinator's answer left out {describe_partitions(left_out)}")
+    return found
 
 
 def kafka_offsets(offsets: Mapping[TopicPartition, int], metadata: Optional[Mapping[TopicPartition, str]]

@@ -1,6 +1,7 @@
 """Fetching from aiokafka into the runtime's plain record tuples."""
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import List, Mapping, Optional, Sequence, Tuple
 
@@ -14,6 +15,9 @@ from ..base import FetchedBatch, RawRecord, TopicPartition
 log = logging.getLogger(__name__)
 
 MAX_RECORDS_PER_FETCH = 10_000
+REASSIGNMENT_WAIT = 0.2
+"""Seconds beyond its own ``max_wait`` a fetch waits while the group reassigns partitions
+(aiokafka would wait for the new assignment, however long the rebalance takes)."""
 
 Lost = List[Tuple[TopicPartition, int, int]]
 
@@ -32,7 +36,15 @@ async def fetch_batches(kafka: AIOKafkaConsumer, max_wait: float, what: str,
     the records come with the next fetch.
     """
     try:
-        data = await kafka.getmany(timeout_ms=int(max_wait * 1000), max_records=MAX_RECORDS_PER_FETCH)
+        # aiokafka's getmany waits for a group's new assignment without a timeout once a
+        # rebalance is under way; the rebalance may be waiting for this very caller to commit
+        # its revoked tasks (a deadlock until the revocation wait gives up). Bounded here: the
+        # records it drains are returned before it awaits again, so cancelling loses none.
+        data = await asyncio.wait_for(
+            kafka.getmany(timeout_ms=int(max_wait * 1000), max_records=MAX_RECORDS_PER_FETCH),
+            max_wait + REASSIGNMENT_WAIT)
+    except asyncio.TimeoutError:
+        return []  # a rebalance is under way: the caller's loop answers it first
     except OffsetOutOfRangeError as exc:
         await recover_out_of_range(kafka, _offsets_of(exc), lost if lost is not None else [], what)
         return []
