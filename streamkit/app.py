@@ -34,12 +34,26 @@ from .topology import Topology
 from .topology.passes import build_topology
 
 if TYPE_CHECKING:  # the runtime loads only when a worker runs
+    from .core.http_security import HttpSecurity
     from .runtime.metrics import TaskMetrics
     from .runtime.worker import Worker
     from .transport.base import Transport
 
 __all__ = ["App"]
 
+
+
+def _with_env_token(security: Optional["HttpSecurity"]) -> Optional["HttpSecurity"]:
+    """``security`` accepting also the bearer token in ``$STREAMKIT_HTTP_TOKEN`` (if set)."""
+    token = os.environ.get("STREAMKIT_HTTP_TOKEN", "").strip()
+    if not token:
+        return security
+    from dataclasses import replace
+
+    from .core.http_security import HttpSecurity
+
+    base = security or HttpSecurity()
+    return replace(base, tokens=base.tokens + (token,))
 
 
 def _whole_ms(duration: Optional[timedelta]) -> Optional[int]:
@@ -117,7 +131,8 @@ class App:
                  kafka_config: Optional[Mapping[str, Any]] = None,
                  close_idle_windows_after: Optional[timedelta] = None,
                  max_task_idle: timedelta = timedelta(0), http: Optional[str] = None,
-                 health_stall_after: timedelta = timedelta(seconds=30)) -> None:
+                 health_stall_after: timedelta = timedelta(seconds=30),
+                 http_security: Optional["HttpSecurity"] = None) -> None:
         self.config = AppConfig(
             app_id, processing_guarantee=processing_guarantee, commit_interval=commit_interval,
             deserialization_error_handler=deserialization_error_handler,
@@ -136,7 +151,10 @@ class App:
         self.http = http
         """``HOST:PORT`` where a worker of this app serves its HTTP endpoints (metrics,
         health, interactive queries, lag, the live page; port 0: any free port), else
-        ``$STREAMKIT_HTTP``; None and no variable: no HTTP server."""
+        ``$STREAMKIT_HTTP``; None and no variable: no HTTP server. No host binds 127.0.0.1."""
+        self.http_security = http_security
+        """TLS, users, tokens of the HTTP endpoints (:class:`streamkit.core.http_security.HttpSecurity`);
+        ``$STREAMKIT_HTTP_TOKEN`` adds an accepted bearer token. None: plain HTTP, no authentication."""
         if health_stall_after.total_seconds() <= 0:
             raise ConfigError(f"health_stall_after must be positive, got {health_stall_after}")
         self.health_stall_after = health_stall_after
@@ -227,11 +245,11 @@ class App:
     def run(self, *, broker: Optional[str] = None, until_idle: Optional[float] = None,
             guarantee: Optional[str] = None, state_dir: Optional[str] = None,
             standby_replicas: Optional[int] = None, config_file: Optional[str] = None,
-            http: Optional[str] = None) -> "TaskMetrics":
+            http: Optional[str] = None, http_security: Optional["HttpSecurity"] = None) -> "TaskMetrics":
         """Run a worker in this process until SIGINT/SIGTERM, ``until_idle`` seconds
         without input, or an error; returns the worker's record counts. The keyword
         arguments override the app's settings (``broker``: see :meth:`resolve_broker`;
-        ``http``: see :attr:`http`)."""
+        ``http``: see :attr:`http`; ``http_security``: see :attr:`http_security`)."""
         from .runtime.worker import run_worker
 
         config = self.config.with_overrides(guarantee=guarantee, state_dir=state_dir,
@@ -241,7 +259,8 @@ class App:
         if address:
             from .operations.http_server import HttpEndpoints
 
-            companions.append(HttpEndpoints(address, stall_after=self.health_stall_after.total_seconds()))
+            companions.append(HttpEndpoints(address, stall_after=self.health_stall_after.total_seconds(),
+                                            security=_with_env_token(http_security or self.http_security)))
 
         def started(worker: Any, loop: Any) -> None:
             from .operations.http_server import OperationsServer

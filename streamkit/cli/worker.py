@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Optional
+from typing import Optional, Tuple
 
 import click
 
 from ..errors import RecordError
 from .common import broker_option
+from .http_options import http_security, http_security_options
 from .loading import load_app
 
 log = logging.getLogger("streamkit.cli")
@@ -28,16 +29,23 @@ log = logging.getLogger("streamkit.cli")
               help="Kafka: warm standby copies of each task's stores on other workers "
                    "(default: the app's num_standby_replicas).")
 @click.option("--http", "http", default=None, metavar="HOST:PORT",
-              help="Serve metrics, health, interactive queries, lag and the live page here (port 0: any "
-                   "free port, logged); default: the app's http setting, else $STREAMKIT_HTTP, else off.")
+              help="Serve metrics, health, interactive queries, lag and the live page here (no host or "
+                   "127.0.0.1: this machine only; 0.0.0.0:PORT: every interface; port 0: any free port, "
+                   "logged); default: the app's http setting, else $STREAMKIT_HTTP, else off.")
+@http_security_options
 def worker(app_spec: str, broker: Optional[str], until_idle: Optional[float], guarantee: Optional[str],
-           state_dir: Optional[str], standby_replicas: Optional[int], http: Optional[str]) -> None:
+           state_dir: Optional[str], standby_replicas: Optional[int], http: Optional[str],
+           http_tls_cert: Optional[str], http_tls_key: Optional[str], http_tls_client_ca: Optional[str],
+           http_users: Optional[str], http_tokens: Optional[str], http_open_health: bool,
+           http_allowed_hosts: Tuple[str, ...]) -> None:
     """Run APP (module or module:attribute) until stopped (Ctrl-C / SIGTERM commit first)."""
+    security = http_security(http_tls_cert, http_tls_key, http_tls_client_ca, http_users, http_tokens,
+                             http_open_health, http_allowed_hosts)
     app = load_app(app_spec)
     url = app.resolve_broker(broker)
     try:
         totals = app.run(broker=url, until_idle=until_idle, guarantee=guarantee, state_dir=state_dir,
-                         standby_replicas=standby_replicas, http=http)
+                         standby_replicas=standby_replicas, http=http, http_security=security)
     except RecordError as exc:
         log.error("worker stopped: %s", exc)
         raise click.ClickException(f"{exc} (offsets are committed only up to before this record)") from None

@@ -17,6 +17,9 @@
 
 Handlers run between the worker's processing steps (one event loop), so they read a
 consistent state without locks; anything that does I/O to the broker runs in a thread.
+
+``HOST:PORT`` without a host binds 127.0.0.1. TLS, mutual TLS, basic auth, bearer tokens
+and the Host check without them: see :mod:`streamkit.core.http_security`.
 """
 from __future__ import annotations
 
@@ -29,9 +32,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 import orjson
-from aiohttp import ClientError, ClientSession, ClientTimeout, web
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ..core.http_security import HttpSecurity, log_binding, parse_bind_address, security_middleware
 from ..core.records import TopicPartition
 from .metrics import worker_registry
 from .queries import QueryError, StoreQueries, Unavailable, key_text, parse_key, to_json
@@ -49,20 +53,20 @@ FORWARDED = "X-Streamkit-Forwarded"
 
 
 def parse_address(address: str) -> Tuple[str, int]:
-    """``HOST:PORT`` (port 0: any free port) as (host, port)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"HTTP address {address!r}: expected HOST:PORT (e.g. 127.0.0.1:8080, port 0 for any)")
-    return host or "0.0.0.0", int(port)
+    """``HOST:PORT`` (port 0: any free port) as (host, port); no host: 127.0.0.1."""
+    return parse_bind_address(address)
 
 
 class OperationsServer:
     """Serves one worker's endpoints (see the module docstring) on ``address``."""
 
     def __init__(self, worker: Any, address: str, *, stall_after: float = STALL_AFTER_S,
-                 lag_evaluator: Optional[Any] = None) -> None:
+                 lag_evaluator: Optional[Any] = None, security: Optional[HttpSecurity] = None) -> None:
         self.worker = worker
         self.host, self.port = parse_address(address)
+        self.security = security or HttpSecurity()
+        self.credentials = self.security.credentials()
+        self._server_ssl = self.security.server_ssl_context()
         self.stall_after = stall_after
         self.queries = StoreQueries(worker)
         self.lag: Dict[TopicPartition, int] = {}
@@ -74,12 +78,13 @@ class OperationsServer:
         self._client: Optional[ClientSession] = None
         self._rates: Dict[str, Tuple[float, int]] = {}
         self.url: Optional[str] = None
-        """``http://host:port`` once started (the real port when 0 was asked for)."""
+        """``http(s)://host:port`` once started (the real port when 0 was asked for)."""
 
     # -- life cycle ------------------------------------------------------------------
     async def start(self) -> str:
         """Listen; return the address other workers and users reach this worker at."""
-        app = web.Application()
+        app = web.Application(middlewares=[security_middleware(
+            self.security, self.credentials, self.host, _refusal, realm=f"streamkit {self.worker.app_id}")])
         app.add_routes([
             web.get("/metrics", self.metrics), web.get("/health", self.health), web.get("/ready", self.ready),
             web.get("/stores/{store}", self.list_store), web.get("/stores/{store}/{key}", self.query),
@@ -88,12 +93,16 @@ class OperationsServer:
             web.static("/page", PAGE_DIR, show_index=False)])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self._server_ssl)
         await site.start()
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
         port = sockets[0].getsockname()[1] if sockets else self.port
         advertised = self.host if self.host not in ("0.0.0.0", "::", "") else _own_host()
-        self.url = f"http://{advertised}:{port}"
+        if ":" in advertised:
+            advertised = f"[{advertised}]"
+        self.url = f"{self.security.scheme}://{advertised}:{port}"
+        log_binding(f"the HTTP endpoints of app {self.worker.app_id}", self.host, port, self.url, self.security,
+                    self.credentials)
         log.info("worker of app %s serves HTTP at %s (metrics, health, ready, stores, lag, page)",
                  self.worker.app_id, self.url)
         return self.url
@@ -156,26 +165,29 @@ class OperationsServer:
             status, body = await self.answer(
                 store, key, _int_param(request, "from"), _int_param(request, "to"),
                 allow_standby=request.query.get("allow_standby", "").lower() in ("1", "true", "yes"),
-                forwarded=bool(request.headers.get(FORWARDED)))
+                forwarded=bool(request.headers.get(FORWARDED)), authorization=request.headers.get("Authorization"))
         except QueryError as exc:
             return _error(exc)
         return _json(body, status)
 
     async def answer(self, store: str, key: Any, time_from: Optional[int] = None, time_to: Optional[int] = None,
-                     *, allow_standby: bool = False, forwarded: bool = False) -> Tuple[int, Dict[str, Any]]:
+                     *, allow_standby: bool = False, forwarded: bool = False,
+                     authorization: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:
         """(HTTP status, body) of a query for ``key`` (a Python value) of ``store``:
-        answered here, or by the worker running the key's task. Raises QueryError."""
+        answered here, or by the worker running the key's task (asked with the caller's
+        ``authorization``, else this worker's own credentials). Raises QueryError."""
         located = self.queries.locate(store, key)
         local, from_standby = self.queries.local_store(located, allow_standby)
         if local is None:
-            return await self._forward(located, key, time_from, time_to, allow_standby, forwarded)
+            return await self._forward(located, key, time_from, time_to, allow_standby, forwarded, authorization)
         value, found = self.queries.read(local, located, key, time_from, time_to)
         body = {"key": to_json(key), "value": value, "task": located.task, "owner": self.url,
                 "standby": from_standby}
         return (200 if found else 404), body
 
     async def _forward(self, located: Any, key: Any, time_from: Optional[int], time_to: Optional[int],
-                       allow_standby: bool, forwarded: bool) -> Tuple[int, Dict[str, Any]]:
+                       allow_standby: bool, forwarded: bool, authorization: Optional[str]
+                       ) -> Tuple[int, Dict[str, Any]]:
         if forwarded:
             raise Unavailable(f"task {located.task} is not on this worker (any more): ask again")
         owner = self.worker.endpoint_of(located.task)
@@ -189,7 +201,8 @@ class OperationsServer:
             params["allow_standby"] = "true"
         path = f"{owner}/stores/{quote(located.store, safe='')}/{quote(key_text(key), safe='')}"
         try:
-            async with self._session().get(path, params=params, headers={FORWARDED: self.url or "?"}) as answer:
+            async with self._session().get(path, params=params, headers=self._forward_headers(authorization)
+                                           ) as answer:
                 body = await answer.json(content_type=None)
                 if answer.status == 503:
                     raise Unavailable(body.get("error", f"{owner} is not ready"),
@@ -229,8 +242,9 @@ class OperationsServer:
         rows: List[Dict[str, Any]] = []
         for owner in sorted(o for o in owners if o and o != self.url):
             try:
-                async with self._session().get(owner + request.rel_url.path_qs,
-                                               headers={FORWARDED: self.url or "?"}) as answer:
+                async with self._session().get(
+                        owner + request.rel_url.path_qs,
+                        headers=self._forward_headers(request.headers.get("Authorization"))) as answer:
                     if answer.status != 200:
                         raise Unavailable(f"worker {owner} answered {answer.status}")
                     for row in (await answer.json())["entries"]:
@@ -241,9 +255,18 @@ class OperationsServer:
                 raise Unavailable(f"worker {owner} did not answer: {exc}") from None
         return rows
 
+    def _forward_headers(self, authorization: Optional[str]) -> Dict[str, str]:
+        headers = {FORWARDED: self.url or "?"}
+        credential = authorization or self.credentials.forwarding_header()
+        if credential is not None:
+            headers["Authorization"] = credential
+        return headers
+
     def _session(self) -> ClientSession:
         if self._client is None:
-            self._client = ClientSession(timeout=ClientTimeout(total=FORWARD_TIMEOUT_S))
+            ssl_context = self.security.client_ssl_context()
+            connector = TCPConnector(ssl=ssl_context) if ssl_context is not None else None
+            self._client = ClientSession(timeout=ClientTimeout(total=FORWARD_TIMEOUT_S), connector=connector)
         return self._client
 
     # -- lag and status ----------------------------------------------------------------
@@ -340,6 +363,10 @@ def _error(exc: QueryError) -> web.Response:
     return _json({"error": str(exc)}, exc.status, headers)
 
 
+def _refusal(status: int, message: str) -> web.Response:
+    return _json({"error": message}, status)
+
+
 def _status_response(problem: Optional[str]) -> web.Response:
     if problem is None:
         return _json({"status": "ok"})
@@ -357,8 +384,12 @@ class HttpEndpoints:
     :func:`streamkit.runtime.worker.run_worker`): listening before the worker joins its
     group, so the group learns the worker's address, and closed after it stopped."""
 
-    def __init__(self, address: str, *, stall_after: float = STALL_AFTER_S) -> None:
+    def __init__(self, address: str, *, stall_after: float = STALL_AFTER_S,
+                 security: Optional[HttpSecurity] = None) -> None:
         parse_address(address)  # fail before the worker starts
+        self.security = security or HttpSecurity()
+        self.security.credentials()  # unreadable or malformed files fail here too
+        self.security.server_ssl_context()
         self.address = address
         self.stall_after = stall_after
         self.server: Optional[OperationsServer] = None
@@ -366,7 +397,7 @@ class HttpEndpoints:
     async def start(self, worker: Any) -> None:
         from .lag_endpoint import worker_lag_evaluator
 
-        self.server = OperationsServer(worker, self.address, stall_after=self.stall_after)
+        self.server = OperationsServer(worker, self.address, stall_after=self.stall_after, security=self.security)
         worker.endpoint = await self.server.start()
         self.server.set_lag_evaluator(worker_lag_evaluator(worker))
 

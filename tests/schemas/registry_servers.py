@@ -8,24 +8,25 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
-_LISTENING = re.compile(r"serves (http://\S+)")
+_LISTENING = re.compile(r"serves (https?://\S+)")
 
 
 class RegistryProcess:
     """``python -m streamkit registry serve --http 127.0.0.1:0 --broker URL``; :attr:`url`
     is the address it logged. Its stderr goes to ``log_path``."""
 
-    def __init__(self, broker_url: str, log_path: Path, *, topic: str = "_schemas", timeout: float = 30) -> None:
+    def __init__(self, broker_url: str, log_path: Path, *, topic: str = "_schemas", timeout: float = 30,
+                 extra_args: Sequence[str] = (), env: Optional[Dict[str, str]] = None) -> None:
         self.log_path = log_path
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
         env.pop("STREAMKIT_BROKER", None)
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "streamkit", "registry", "serve", "--http", "127.0.0.1:0",
-                 "--broker", broker_url, "--topic", topic],
+                 "--broker", broker_url, "--topic", topic, *extra_args],
                 stdout=subprocess.DEVNULL, stderr=log, cwd=REPO, env=env)
         self.url = self._wait_for_address(timeout)
 

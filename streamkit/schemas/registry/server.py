@@ -13,7 +13,7 @@
 ``DELETE /subjects/{s}/versions/{v|latest}[?permanent=true]``       soft / hard delete of a version
 ``POST /compatibility/subjects/{s}/versions[/{v|latest}]``          ``{"is_compatible"[, "messages"]}``
 ``GET|PUT|DELETE /config[/{s}]``                                    compatibility levels
-``GET /mode[/{s}]``                                                 ``READWRITE`` (the only mode)
+``GET|PUT /mode[/{s}]``, ``DELETE /mode/{s}``                       ``READWRITE`` or ``READONLY`` (refuses writes)
 ``GET /contexts``                                                   ``["."]`` (the default context only)
 ==================================================================  ==========================================
 
@@ -22,6 +22,10 @@ Requests and answers are JSON (``application/vnd.schemaregistry.v1+json``,
 errors are ``{"error_code": 40401, "message": "..."}`` with Confluent's codes and HTTP
 statuses. The registry's calls block (they may read the broker), so each runs in a
 thread, never on the event loop.
+
+``:PORT`` binds 127.0.0.1. TLS, mutual TLS, basic auth, bearer tokens and the Host
+check without them: see :mod:`streamkit.core.http_security` (refusals are 401/403 with
+``{"error_code": 40101|40301, "message"}``, as Confluent's).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from aiohttp import web
 
+from ...core.http_security import HttpSecurity, log_binding, parse_bind_address, security_middleware
 from ..model import InvalidSchema, RegisteredSchema, RegistryError, Schema, SchemaReference, SchemaType
 from .service import SchemaRegistry
 
@@ -46,11 +51,9 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 def parse_address(address: str) -> Tuple[str, int]:
-    """``HOST:PORT`` (port 0: any free port) as (host, port); ``:PORT`` listens everywhere."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"HTTP address {address!r}: expected HOST:PORT (e.g. 127.0.0.1:8081, port 0 for any)")
-    return host or "0.0.0.0", int(port)
+    """``HOST:PORT`` (port 0: any free port) as (host, port); ``:PORT`` binds 127.0.0.1
+    (``0.0.0.0:PORT`` listens everywhere)."""
+    return parse_bind_address(address)
 
 
 ACCEPTED_TYPES = (CONTENT_TYPE, "application/vnd.schemaregistry+json", "application/json")
@@ -264,18 +267,29 @@ class _Api:
         return _answer(["."])  # the default context only
 
     async def get_mode(self, request: web.Request) -> web.Response:
-        return _answer({"mode": "READWRITE"})
+        subject = request.match_info.get("subject")
+        if subject is None:
+            return _answer({"mode": await self.call(self.registry.mode)})
+        mode = await self.call(self.registry.subject_mode, subject)
+        if mode is None:
+            if not _flag(request, "defaultToGlobal"):
+                raise RegistryError(f"Subject '{subject}' does not have subject-level mode configured",
+                                    status=404, error_code=40409)
+            mode = await self.call(self.registry.mode)
+        return _answer({"mode": mode})
 
     async def put_mode(self, request: web.Request) -> web.Response:
         try:
             body = await request.json(loads=json.loads)
         except ValueError:
             body = None
-        mode = str(body.get("mode", "")).upper() if isinstance(body, dict) else ""
-        if mode != "READWRITE":
-            raise RegistryError(f"Invalid mode {mode!r}: this registry only runs READWRITE", status=422,
-                                error_code=42204)
-        return _answer({"mode": mode})
+        mode = body.get("mode") if isinstance(body, dict) else None
+        if not isinstance(mode, str):
+            raise RegistryError("Invalid mode: the body needs {\"mode\": MODE}", status=422, error_code=42204)
+        return _answer({"mode": await self.call(self.registry.set_mode, mode, request.match_info.get("subject"))})
+
+    async def delete_mode(self, request: web.Request) -> web.Response:
+        return _answer({"mode": await self.call(self.registry.delete_mode, request.match_info["subject"])})
 
 
 @web.middleware
@@ -300,10 +314,18 @@ async def _handle(request: web.Request, handler: Handler) -> web.Response:
         return _failure(500, 50001, f"Error in the backend data store: {type(exc).__name__}: {exc}")
 
 
-def registry_app(registry: SchemaRegistry) -> web.Application:
-    """The aiohttp application serving ``registry``."""
+def _refusal(status: int, message: str) -> web.Response:
+    return _failure(status, status * 100 + 1, message)
+
+
+def registry_app(registry: SchemaRegistry, security: Optional[HttpSecurity] = None, *,
+                 bound_host: str = "127.0.0.1") -> web.Application:
+    """The aiohttp application serving ``registry``; ``security``'s credentials or Host
+    check (for a server bound to ``bound_host``) guard every route."""
     api = _Api(registry)
-    app = web.Application(middlewares=[_errors])
+    security = security or HttpSecurity()
+    guard = security_middleware(security, security.credentials(), bound_host, _refusal, realm="schema-registry")
+    app = web.Application(middlewares=[guard, _errors])
     subject = "/subjects/{subject}"
     version = subject + "/versions/{version}"
     app.add_routes([
@@ -334,28 +356,38 @@ def registry_app(registry: SchemaRegistry) -> web.Application:
         web.get("/mode", api.get_mode),
         web.put("/mode", api.put_mode),
         web.get("/mode/{subject}", api.get_mode),
+        web.put("/mode/{subject}", api.put_mode),
+        web.delete("/mode/{subject}", api.delete_mode),
     ])
     return app
 
 
 class RegistryServer:
-    """Serves ``registry`` on ``address`` (``HOST:PORT``) in the running event loop."""
+    """Serves ``registry`` on ``address`` (``HOST:PORT``) in the running event loop,
+    secured by ``security`` (default: plain HTTP, no authentication, Host check)."""
 
-    def __init__(self, registry: SchemaRegistry, address: str = DEFAULT_ADDRESS) -> None:
+    def __init__(self, registry: SchemaRegistry, address: str = DEFAULT_ADDRESS, *,
+                 security: Optional[HttpSecurity] = None) -> None:
         self.registry = registry
         self.host, self.port = parse_address(address)
+        self.security = security or HttpSecurity()
+        self.credentials = self.security.credentials()  # malformed files fail before serving
+        self._ssl = self.security.server_ssl_context()
         self._runner: Optional[web.AppRunner] = None
         self.url: Optional[str] = None
-        """``http://host:port`` once started (the real port when 0 was asked for)."""
+        """``http(s)://host:port`` once started (the real port when 0 was asked for)."""
 
     async def start(self) -> str:
-        self._runner = web.AppRunner(registry_app(self.registry), access_log=None)
+        self._runner = web.AppRunner(registry_app(self.registry, self.security, bound_host=self.host),
+                                     access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self._ssl)
         await site.start()
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
         port = sockets[0].getsockname()[1] if sockets else self.port
-        self.url = f"http://{self.host}:{port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.url = f"{self.security.scheme}://{host}:{port}"
+        log_binding("the schema registry", self.host, port, self.url, self.security, self.credentials)
         return self.url
 
     async def stop(self) -> None:

@@ -35,8 +35,8 @@ from ..model import (CompatibilityLevel, IncompatibleSchema, InvalidSchema, Regi
                      Schema, SchemaNotFound, SchemaReference, SchemaType, SubjectNotFound, VersionNotFound)
 from .canonical import canonical, serialized
 from .log import BrokerLog, MemoryLog, RegistryLog
-from .state import (RegistryState, Version, claim_key, claim_value, config_key, delete_version_key, encode,
-                    id_key)
+from .state import (MODES, RegistryState, Version, claim_key, claim_value, config_key, delete_version_key,
+                    encode, id_key, mode_key)
 
 __all__ = ["SchemaRegistry", "DEFAULT_COMPATIBILITY", "VersionSpec"]
 
@@ -142,6 +142,7 @@ class SchemaRegistry:
         with self._lock:
             for _attempt in range(MAX_CLAIM_ATTEMPTS):
                 state = self._fresh()
+                _check_writable(state, subject)
                 resolve = self._resolver(state)
                 schema = canonical(given, normalize=normalize, resolve=resolve)
                 versions = state.versions(subject)
@@ -275,6 +276,7 @@ class SchemaRegistry:
         before a permanent delete, 42206 a version is referenced by another schema."""
         with self._lock:
             state = self._fresh()
+            _check_writable(state, subject)
             every = state.versions(subject, deleted=True)
             live = [v for v in every if not v.deleted]
             if not every:
@@ -305,6 +307,7 @@ class SchemaRegistry:
         number = _version_number(version)
         with self._lock:
             state = self._fresh()
+            _check_writable(state, subject)
             every = self._versions_of(state, subject, deleted=True)
             if number is None:
                 live = [v for v in every if not v.deleted]
@@ -375,7 +378,7 @@ class SchemaRegistry:
         if subject is not None:
             _check_subject(subject)
         with self._lock:
-            self._fresh()
+            _check_writable(self._fresh(), subject)
             self._append([(config_key(subject), encode({"compatibilityLevel": level.value}))])
         log.info("compatibility of %s set to %s", subject or "the registry", level.value)
         return level
@@ -385,11 +388,51 @@ class SchemaRegistry:
         the level that applied before. 40401 for a subject without versions nor a level."""
         with self._lock:
             state = self._fresh()
+            _check_writable(state, subject)
             if subject is not None and subject not in state.configs and not state.versions(subject, deleted=True):
                 raise SubjectNotFound(f"Subject '{subject}' not found.")
             before = self._level(state, subject)
             if subject in state.configs:
                 self._append([(config_key(subject), None)])
+            return before
+
+    # -- modes ------------------------------------------------------------------------------
+
+    def mode(self, subject: Optional[str] = None) -> str:
+        """The mode that applies to ``subject`` (its own, else the global one), or the
+        global mode: ``READWRITE`` (the default) or ``READONLY``."""
+        with self._lock:
+            return _mode_of(self._fresh(), subject)
+
+    def subject_mode(self, subject: str) -> Optional[str]:
+        """``subject``'s own mode, None when it follows the global one."""
+        with self._lock:
+            return self._fresh().modes.get(subject)
+
+    def set_mode(self, mode: str, subject: Optional[str] = None) -> str:
+        """Set ``subject``'s mode (the global one when None). In ``READONLY``, registering,
+        deleting and changing compatibility levels are refused (42205); modes can always
+        be changed. 42204 for any other mode (Confluent's IMPORT included)."""
+        wanted = str(mode).upper()
+        if wanted not in MODES:
+            raise _error(RegistryError, f"Invalid mode {mode!r}: this registry runs READWRITE or READONLY "
+                                        f"(IMPORT, registering with given ids, is not supported)", 42204, 422)
+        if subject is not None:
+            _check_subject(subject)
+        with self._lock:
+            self._fresh()
+            self._append([(mode_key(subject), encode({"mode": wanted}))])
+        log.info("mode of %s set to %s", subject or "the registry", wanted)
+        return wanted
+
+    def delete_mode(self, subject: str) -> str:
+        """Remove ``subject``'s own mode (it follows the global one again); returns the mode
+        that applied before."""
+        with self._lock:
+            state = self._fresh()
+            before = _mode_of(state, subject)
+            if subject in state.modes:
+                self._append([(mode_key(subject), None)])
             return before
 
     def test_compatibility(self, subject: str, schema: Schema, version: Optional[VersionSpec] = None, *,
@@ -415,6 +458,19 @@ class SchemaRegistry:
                     if not earlier:
                         raise VersionNotFound(f"Version {number} not found.")
             return compatibility.incompatibilities(level, schema, [v.schema for v in earlier], resolve)
+
+
+def _mode_of(state: RegistryState, subject: Optional[str]) -> str:
+    if subject is not None and subject in state.modes:
+        return state.modes[subject]
+    return state.modes.get(None, "READWRITE")
+
+
+def _check_writable(state: RegistryState, subject: Optional[str]) -> None:
+    """42205 (Confluent's "operation not permitted") when ``subject``'s mode is READONLY."""
+    if _mode_of(state, subject) == "READONLY":
+        what = f"Subject {subject}" if subject is not None else "The registry"
+        raise _error(RegistryError, f"{what} is in read-only mode", 42205, 422)
 
 
 def _check_subject(subject: str) -> None:

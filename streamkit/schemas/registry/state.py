@@ -23,6 +23,8 @@ that let instances agree without a leader:
     value ``{"compatibilityLevel": LEVEL}``, a tombstone removes the setting (null: global).
 ``ID`` ``{"id": I, "keytype": "ID", "magic": 0}`` value ``{"id": I}``: id I was used, so
     ids are never given out twice even after its schema was deleted permanently.
+``MODE`` ``{"keytype": "MODE", "magic": 0, "subject": S or null}`` value ``{"mode": MODE}``
+    (``READWRITE`` or ``READONLY``), a tombstone removes the setting (null: global).
 
 Why rejected claims are tombstoned before any accepted claim is: a rejected claim
 lost to an earlier one. Were the winner removed first and the log compacted, the
@@ -40,7 +42,10 @@ from typing import Dict, List, Optional, Tuple
 from ..model import CompatibilityLevel, RegisteredSchema, Schema, SchemaReference
 
 __all__ = ["Version", "RegistryState", "claim_key", "claim_value", "delete_version_key", "config_key",
-           "id_key", "encode"]
+           "id_key", "mode_key", "encode", "MODES"]
+
+MODES = ("READWRITE", "READONLY")
+"""The modes this registry runs in (Confluent's IMPORT, which registers with given ids, is not one)."""
 
 
 def encode(data: object) -> bytes:
@@ -66,6 +71,10 @@ def delete_version_key(nonce: str) -> bytes:
 
 def config_key(subject: Optional[str]) -> bytes:
     return encode({"keytype": "CONFIG", "magic": 0, "subject": subject})
+
+
+def mode_key(subject: Optional[str]) -> bytes:
+    return encode({"keytype": "MODE", "magic": 0, "subject": subject})
 
 
 def id_key(schema_id: int) -> bytes:
@@ -105,6 +114,8 @@ class RegistryState:
         """How many accepted claims use each id."""
         self.max_id = 0
         self.configs: Dict[Optional[str], CompatibilityLevel] = {}
+        self.modes: Dict[Optional[str], str] = {}
+        """Per subject (None: global), its mode when set (one of :data:`MODES`)."""
 
     # -- applying the log -------------------------------------------------------------
 
@@ -137,6 +148,12 @@ class RegistryState:
                     self.configs[subject] = CompatibilityLevel(v.get("compatibilityLevel"))
                 except ValueError:
                     pass
+        elif keytype == "MODE":
+            subject = k.get("subject")
+            if v is None:
+                self.modes.pop(subject, None)
+            elif isinstance(v, dict) and v.get("mode") in MODES:
+                self.modes[subject] = v["mode"]
         elif keytype == "ID" and isinstance(k.get("id"), int):
             self.max_id = max(self.max_id, k["id"])
 
