@@ -62,16 +62,18 @@ def consume(topic: str, group: Optional[str], from_beginning: bool, max_records:
                              broker=url, required=False),
               registry_serde(value_format or "", value_schema, value_message, registry, topic=topic,
                              is_key=False, broker=url, required=False))
-    count = None
+    counts = None
     with connected(broker) as transport:
         meta = require_topic(transport, topic)
         try:
-            count = asyncio.run(_consume(transport, topic, meta.partitions, group, from_beginning,
-                                         max_records, timeout, not read_uncommitted, serdes))
+            counts = asyncio.run(_consume(transport, topic, meta.partitions, group, from_beginning,
+                                          max_records, timeout, not read_uncommitted, serdes))
         except KeyboardInterrupt:
             pass
-    if count is not None:
-        click.echo(f"consumed {count} record(s)", err=True)
+    if counts is not None:
+        consumed, lost = counts
+        lost_note = f", {lost} record(s) deleted before they were read" if lost else ""
+        click.echo(f"consumed {consumed} record(s){lost_note}", err=True)
 
 
 def _decoded(serde: Optional[Serde], data: Optional[bytes], errors: List[str]) -> object:
@@ -105,7 +107,9 @@ def _json_default(value: object) -> object:
 
 async def _consume(transport, topic: str, partitions: int, group: Optional[str], from_beginning: bool,
                    max_records: Optional[int], timeout: Optional[float], read_committed: bool,
-                   serdes: Tuple[Optional[Serde], Optional[Serde]] = (None, None)) -> int:
+                   serdes: Tuple[Optional[Serde], Optional[Serde]] = (None, None)) -> Tuple[int, int]:
+    """Print the records; return how many, and how many were deleted (retention,
+    delete_records) between the group's committed offsets and what could be read."""
     key_serde, value_serde = serdes
     # Without --group no group is involved at all: on a secured cluster reading needs no group ACL.
     reader = getattr(transport, "reader", None)
@@ -119,11 +123,12 @@ async def _consume(transport, topic: str, partitions: int, group: Optional[str],
             positions[tp] = offsets.start if from_beginning else offsets.end
     consumer.assign(tps, positions)
     out = sys.stdout
-    count = 0
+    count = lost = 0
     last = time.monotonic()
     try:
         while max_records is None or count < max_records:
             batches = await consumer.fetch(0.1)
+            lost += _report_lost(consumer)
             if not batches:
                 if timeout is not None and time.monotonic() - last >= timeout:
                     break
@@ -156,4 +161,16 @@ async def _consume(transport, topic: str, partitions: int, group: Optional[str],
                 await consumer.commit(done)
     finally:
         await consumer.aclose()
-    return count
+    return count, lost
+
+
+def _report_lost(consumer) -> int:
+    """Say on stderr which offsets were deleted before they could be read (the consumer
+    went on from the log start); return how many."""
+    total = 0
+    for tp, first, end in consumer.take_lost():
+        total += end - first
+        click.echo(f"warning: {tp.topic}[{tp.partition}]: {end - first} record(s) at offsets {first} to {end - 1} "
+                   f"were deleted (retention, delete-records or an offset reset) before they were read: "
+                   f"skipped", err=True)
+    return total

@@ -53,6 +53,12 @@ class TaskContext:
         self.operator_times: Dict[str, ObservedStreamTime] = {}
         """Each windowed aggregation's, suppression's and stream-stream join's own stream time."""
         self.punctuations = PunctuationQueue()
+        self.drop_null_key: Callable[[str], None] = self._count_null_key
+        """Called by key-based operation ``node`` dropping the current record for its ``None``
+        key (the task sets it to its error policy's :meth:`~ErrorPolicy.null_key_dropped`)."""
+
+    def _count_null_key(self, node: str) -> None:
+        self.metrics.null_key_records_dropped += 1
 
     def observed_time(self, operator: str, stores: Tuple[str, ...] = ()) -> ObservedStreamTime:
         """The stream time of ``operator`` (created on first use), governing ``stores``."""

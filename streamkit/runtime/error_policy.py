@@ -5,6 +5,11 @@
 - ``log_and_skip``: log a warning, count it, go on.
 - ``dead_letter``: write the raw record to ``<app-id>-dlq`` with headers naming
   its origin and the error, count it, go on.
+
+A record reaching a key-based operation (aggregation, table, join dropping it) with a
+``None`` key is dropped as Kafka Streams does, whatever the handler, but never silently:
+it is counted (``null_key_records_dropped``), logged with its origin, and written to the
+dead-letter topic when the processing handler is ``dead_letter``.
 """
 from __future__ import annotations
 
@@ -40,6 +45,9 @@ class ErrorPolicy:
         self._muted = muted
         """Whether the task is re-reading input it processed before (a rebuild): the records
         were skipped or dead-lettered then, and are not again."""
+        self._last_null_key_origin: Optional[tuple] = None
+        """The input record last dead-lettered for a None key: one record can reach several
+        key-based operations (or one twice, as a table update's old and new row)."""
 
     def deserialization_failed(self, topic: str, partition: int, record: RawRecord, exc: BaseException) -> None:
         self._handle(self.deserialization, "deserialization", topic, partition, record, exc, None)
@@ -53,6 +61,28 @@ class ErrorPolicy:
         if record is None:  # inside a punctuation: there is no record to skip
             raise exc
         self._handle(self.processing, "processing", topic, partition, record, cause, node)
+
+    def null_key_dropped(self, topic: Optional[str], partition: int, record: Optional[RawRecord],
+                         node: str) -> None:
+        """A record reached key-based operation ``node`` with a ``None`` key: count it, log
+        it, dead-letter it if the processing handler says so; the caller drops it."""
+        self._metrics.null_key_records_dropped += 1
+        if record is None or topic is None:  # sent by a punctuation: no input record to name
+            log.warning("dropped a record with a None key in node '%s' (sent by a punctuation)", node)
+            return
+        cause = ValueError(f"a None key cannot be used by the key-based operation '{node}'; "
+                           "the record is dropped")
+        origin = (topic, partition, record[0])
+        if self.processing == "dead_letter" and origin != self._last_null_key_origin:
+            self._last_null_key_origin = origin
+            self._handle("dead_letter", "processing", topic, partition, record, cause, node)
+            return
+        if self._muted():
+            log.debug("rebuilding: %s (handled when first processed)",
+                      RecordError("processing", topic, partition, record[0], cause, node))
+            return
+        log.warning("dropped record with a None key at topic '%s', partition %d, offset %d in node '%s'",
+                    topic, partition, record[0], node)
 
     def _handle(self, handler: str, stage: str, topic: str, partition: int, record: RawRecord,
                 cause: BaseException, node: Optional[str]) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
@@ -24,6 +25,9 @@ from .progress import parse_ids
 log = logging.getLogger(__name__)
 
 SourceLoop = Callable[[Sequence[RawRecord]], None]
+
+MAX_TIMESTAMP = 2 ** 63 - 1
+"""The largest record timestamp (ms): Kafka stores it as a signed 64-bit number."""
 
 
 def task_id(sub_topology: int, partition: int) -> str:
@@ -64,6 +68,8 @@ class Task:
                                   processing=processing_error_handler, dlq_topic=dlq,
                                   dlq_partitions=partitions.get(dlq, 1), collector=collector,
                                   metrics=self.metrics, muted=lambda: self.context.muted)
+        self.context.drop_null_key = lambda node: self.errors.null_key_dropped(
+            self.context.topic, partition, self.context.record, node)
         self.positions: Dict[TopicPartition, int] = {}
         self._forwarding_since_persist = False
         """Records processed (not muted) since the stores last persisted: their writes are
@@ -287,7 +293,7 @@ class Task:
                         timestamp = record[1]
                     else:
                         timestamp = extractor(key, value)
-                        if timestamp.__class__ is not int or timestamp < 0:
+                        if timestamp.__class__ is not int or not 0 <= timestamp <= MAX_TIMESTAMP:
                             timestamp = to_millis(timestamp, node.name)
                     if timestamp > stream_time:
                         stream_time = ctx.stream_time = timestamp
@@ -336,15 +342,24 @@ def _named_extractor(node: SourceNode) -> Optional[Callable[[Any, Any], Any]]:
 
 
 def to_millis(timestamp: Any, node: str) -> int:
-    """Coerce an extracted timestamp (ms number or datetime) to int ms; reject negatives."""
+    """Coerce an extracted timestamp (epoch ms as an int or finite float, or an aware
+    datetime) to int ms; reject anything else, and values outside 0..2^63-1 (a Kafka
+    record timestamp is a signed 64-bit number)."""
     if isinstance(timestamp, datetime):
         if timestamp.tzinfo is None:
             raise UserFunctionError(node, ValueError(
                 f"timestamp extractor returned a naive datetime {timestamp!r}: give it a timezone"))
-        return int(timestamp.timestamp() * 1000)
-    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
+        millis = int(timestamp.timestamp() * 1000)
+    elif isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
         raise UserFunctionError(node, TypeError(
             f"timestamp extractor must return epoch milliseconds (int) or a datetime, got {timestamp!r}"))
-    if timestamp < 0:
-        raise UserFunctionError(node, ValueError(f"timestamp extractor returned a negative timestamp {timestamp}"))
-    return int(timestamp)
+    elif isinstance(timestamp, float) and not math.isfinite(timestamp):
+        raise UserFunctionError(node, ValueError(f"timestamp extractor returned a non-finite timestamp {timestamp}"))
+    else:
+        millis = int(timestamp)
+    if millis < 0:
+        raise UserFunctionError(node, ValueError(f"timestamp extractor returned a negative timestamp {timestamp!r}"))
+    if millis > MAX_TIMESTAMP:
+        raise UserFunctionError(node, ValueError(
+            f"timestamp extractor returned {timestamp!r}, beyond the largest record timestamp {MAX_TIMESTAMP}"))
+    return millis

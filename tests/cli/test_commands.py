@@ -98,11 +98,11 @@ def test_groups_reset_offsets(cli):
         return cli("groups", "describe", "g").stdout.splitlines()[1].split()[4]
 
     assert lag() == "0"
-    assert cli("groups", "reset-offsets", "g", "--topic", "t", "--shift-by", "-2").returncode == 0
+    assert cli("groups", "reset-offsets", "g", "--topic", "t", "--shift-by", "-2", "--execute").returncode == 0
     assert lag() == "2"
-    assert cli("groups", "reset-offsets", "g", "--topic", "t", "--to-earliest").returncode == 0
+    assert cli("groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--execute").returncode == 0
     assert lag() == "5"
-    assert cli("groups", "reset-offsets", "g", "--topic", "t", "--to-latest").returncode == 0
+    assert cli("groups", "reset-offsets", "g", "--topic", "t", "--to-latest", "--execute").returncode == 0
     assert lag() == "0"
     both = cli("groups", "reset-offsets", "g", "--topic", "t", "--to-latest", "--to-earliest")
     assert both.returncode == 2 and "exactly one" in both.stderr

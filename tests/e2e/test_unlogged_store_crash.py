@@ -126,7 +126,8 @@ def test_an_unlogged_store_ahead_of_the_committed_offsets_is_rebuilt(tmp_path: P
     expected = _produce(directory, 0, 3000)
     code, err = run_worker(tmp_path, directory, "unlogged_app", guarantee, None, None)
     assert code == 0, err
-    moved = cli("groups", "reset-offsets", "unlogged", "--topic", "events", "--shift-by", "-1000")
+    moved = cli("groups", "reset-offsets", "unlogged", "--topic", "events", "--shift-by", "-1000",
+                "--execute")
     assert moved.returncode == 0, moved.stderr
     code, err = run_worker(tmp_path, directory, "unlogged_app", guarantee, None, None)
     assert code == 0, err

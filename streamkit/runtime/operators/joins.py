@@ -42,7 +42,6 @@ def compile_stream_table_join(node: ir.StreamTableJoinNode, downstream: Downstre
     task = env.task
     read = table_reader(node.name, task.stores[node.store], node.table_view)
     joiner, left, name = node.joiner, node.left, node.name
-    metrics = task.metrics
 
     def stream_table_join(key: Any, value: Any, timestamp: int) -> None:
         if key is None:
@@ -53,7 +52,7 @@ def compile_stream_table_join(node: ir.StreamTableJoinNode, downstream: Downstre
                     raise user_error(name, exc) from exc
                 downstream(None, joined, timestamp)
             else:
-                metrics.null_key_records_dropped += 1
+                env.task.drop_null_key(node.name)
             return
         if value is None:
             return  # as Kafka Streams: a null stream value joins nothing

@@ -2,10 +2,11 @@
 split/branch/merge, sinks (topics and external) and the Processor API node."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ...errors import SerializationError, StreamkitError, TopologyError, UserFunctionError
 from ...sinks.base import SinkRecord
+from ...topology import Topology
 from ...topology import nodes as ir
 from ...transport.partitioner import cached_key_hash, partition_for_key
 from ...windowing.windowed_keys import WindowedSerde
@@ -154,8 +155,15 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
                           if isinstance(node.key_serde, WindowedSerde) and not (spec is not None and spec.internal)
                           else None)
 
+    null_key_reader = _null_key_dropping_reader(env.topology, topic)
+
     def sink(key: Any, value: Any, timestamp: int) -> None:
         if task.muted:
+            return
+        if key is None and null_key_reader is not None:
+            # Dropped here, not by the aggregation reading the topic: the error handler
+            # then names the input record, not its copy in the repartition topic.
+            task.drop_null_key(null_key_reader)
             return
         try:
             key_bytes = None if key is None else key_fast(key)
@@ -179,6 +187,21 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
             headers = with_writer_header(headers, rank, task.stream_time)
         buffers[partition].append((key_bytes, value_bytes, timestamp, headers))
     return sink
+
+
+def _null_key_dropping_reader(topology: Topology, topic: str) -> Optional[str]:
+    """If ``topic`` is an internal topic read only by aggregations (a ``group_by``'s
+    repartition), the first of them: it would drop a record with a None key."""
+    spec = topology.topics.get(topic)
+    if spec is None or not spec.internal:
+        return None
+    readers = [child for node in topology.nodes.values()
+               if isinstance(node, ir.SourceNode) and node.topic == topic
+               for child in topology.children[node.name]]
+    if readers and all(isinstance(topology.nodes[name], (ir.AggregateNode, ir.WindowAggregationNode))
+                       for name in readers):
+        return readers[0]
+    return None
 
 
 _BASE_KEY_CACHE_LIMIT = 100_000

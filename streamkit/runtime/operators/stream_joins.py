@@ -43,7 +43,6 @@ _NEVER = 2**63
 def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downstream,
                                env: CompileEnv) -> Tuple[Downstream, Downstream]:
     task = env.task
-    metrics = task.metrics
     name, joiner = node.name, node.joiner
     windows = node.windows
     before, after, grace = windows.before_ms, windows.after_ms, windows.grace_ms
@@ -157,7 +156,7 @@ def compile_stream_stream_join(node: ir.StreamStreamJoinNode, downstream: Downst
                     # record is emitted at once, joined with None.
                     downstream(None, join(value, None) if is_left else join(None, value), timestamp)
                 else:
-                    metrics.null_key_records_dropped += 1
+                    env.task.drop_null_key(node.name)
                 return
             if timestamp > own_clock.time:  # a buffer's time moves with None values too
                 own_clock.time = timestamp

@@ -27,7 +27,6 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
     store = task.stores[node.store]
     forward_each = _forward_on_flush(store, downstream, env)
     serialize_key, get, put = store.serialize_key, store.get_serialized, store.put_serialized
-    metrics = task.metrics
     name = node.name
     initializer, aggregator = node.initializer, node.aggregator
 
@@ -43,7 +42,7 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
 
     def aggregate(key: Any, value: Any, timestamp: int) -> None:
         if key is None:
-            metrics.null_key_records_dropped += 1
+            env.task.drop_null_key(node.name)
             return
         if value is None:
             return  # Kafka Streams' count, reduce and aggregate ignore null values
@@ -71,12 +70,11 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
 def compile_table_source(node: ir.TableSourceNode, downstream: Downstream, env: CompileEnv) -> Downstream:
     store = env.task.stores[node.store]
     get, put = store.get, store.put_with_timestamp
-    metrics = env.task.metrics
     forward_each = _forward_on_flush(store, downstream, env)
 
     def table_source(key: Any, value: Any, timestamp: int) -> None:
         if key is None:
-            metrics.null_key_records_dropped += 1
+            env.task.drop_null_key(node.name)
             return
         old = get(key)
         if old is None and value is None:
@@ -143,7 +141,10 @@ def compile_table_group_by(node: ir.TableGroupByNode, downstream: Downstream, en
             new_key, new_value = selector(key, value)
         except Exception as exc:
             raise _user_error(name, exc) from exc
-        if new_key is None or new_value is None:
+        if new_key is None:
+            env.task.drop_null_key(name)
+            return None
+        if new_value is None:
             metrics.null_key_records_dropped += 1
             return None
         return new_key, new_value
@@ -164,7 +165,6 @@ def compile_table_aggregate(node: ir.TableAggregateNode, downstream: Downstream,
     task = env.task
     store = task.stores[node.store]
     get, put = store.get_with_timestamp, store.put_with_timestamp
-    metrics = task.metrics
     name, operation = node.name, node.operation
     forward_each = _forward_on_flush(store, downstream, env)
     initializer, adder, subtractor = node.initializer, node.adder, node.subtractor
@@ -184,7 +184,7 @@ def compile_table_aggregate(node: ir.TableAggregateNode, downstream: Downstream,
 
     def table_aggregate(key: Any, change: ir.Change, timestamp: int) -> None:
         if key is None:
-            metrics.null_key_records_dropped += 1
+            env.task.drop_null_key(node.name)
             return
         prior = get(key)
         old = None

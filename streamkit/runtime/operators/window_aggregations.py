@@ -87,7 +87,6 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
     windows_for = windows.windows_for
     clock = task.observed_time(node.name, (node.store,))
     late = LateRecords(task, node.name, node.late_records_topic, clock)
-    metrics = task.metrics
     Change = ir.Change
 
     def update(key: Any, kb: bytes, value: Any, timestamp: int, start: int, end: int) -> None:
@@ -110,7 +109,7 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
 
     def windowed_aggregate(key: Any, value: Any, timestamp: int) -> None:
         if key is None:  # a None value counts and is aggregated, as in Kafka Streams
-            metrics.null_key_records_dropped += 1
+            env.task.drop_null_key(node.name)
             return
         if timestamp > clock.time:
             clock.time = timestamp
@@ -173,12 +172,11 @@ def _compile_sliding(node: ir.WindowedAggregateNode, downstream: Downstream, env
     updates_for_stored, read_range, is_closed = windows.updates_for_stored, windows.read_range, windows.is_closed
     clock = task.observed_time(node.name, (node.store,))
     late = LateRecords(task, node.name, node.late_records_topic, clock)
-    metrics = task.metrics
     Change = ir.Change
 
     def sliding_aggregate(key: Any, value: Any, timestamp: int) -> None:
         if key is None:
-            metrics.null_key_records_dropped += 1
+            env.task.drop_null_key(node.name)
             return
         if value is None:
             return  # as Kafka Streams: dropped before it counts towards stream time
@@ -228,7 +226,6 @@ def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstr
     gap, is_closed = windows.inactivity_gap_ms, windows.is_closed
     clock = task.observed_time(node.name, (node.store,))
     late = LateRecords(task, node.name, node.late_records_topic, clock)
-    metrics = task.metrics
     name, operation, merger, aggregator = node.name, node.operation, node.merger, node.aggregator
     initializer = node.initializer
     Change = ir.Change
@@ -245,7 +242,7 @@ def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstr
 
     def session_aggregate(key: Any, value: Any, timestamp: int) -> None:
         if key is None:  # a None value counts and is aggregated, as in Kafka Streams
-            metrics.null_key_records_dropped += 1
+            env.task.drop_null_key(node.name)
             return
         if timestamp > clock.time:
             clock.time = timestamp
