@@ -273,8 +273,9 @@ class Worker(CommitSteps):
             fetch_started = time.monotonic()
             assert self._globals is not None
             await self._globals.update()
-            if await self._process_available() or self._holding_back():
-                idle_since = None
+            processed = await self._process_available()
+            if processed is None or processed or self._holding_back():
+                idle_since = None  # a pass that skipped the fetch (rebalancing) breaks a run of empty ones
             elif idle_since is None:
                 idle_since = fetch_started
             for task in self.tasks.values():
@@ -314,15 +315,19 @@ class Worker(CommitSteps):
                                      f"{self.app_id} started with {partitions} (deleted and recreated "
                                      "while the app ran?); keys would land on the wrong tasks")
 
-    async def _process_available(self) -> bool:
-        """Fetch one round of batches and run each through its task; False if there was none."""
+    async def _process_available(self) -> Optional[bool]:
+        """Fetch one round of batches and run each through its task; False if there was none,
+        None if the group is rebalancing and nothing was fetched."""
         assert self._consumer is not None and self._membership is not None
-        if self._suspended or (not self.tasks and not self._membership.group_managed):
+        if self._suspended:
+            await asyncio.sleep(FETCH_WAIT)
+            return None
+        if not self.tasks and not self._membership.group_managed:
             await asyncio.sleep(FETCH_WAIT)
             return False
         membership = self._membership
         if membership.revocation_pending():
-            return False  # a rebalance waits for this worker's commit: the loop answers it first
+            return None  # a rebalance waits for this worker's commit: the loop answers it first
         # A group member keeps fetching even without tasks: that is how it stays in the group.
         batches = await self._consumer.fetch(FETCH_WAIT)
         self._account_lost()

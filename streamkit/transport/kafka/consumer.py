@@ -10,7 +10,10 @@ import aiokafka.errors as aiokafka_errors
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTopicPartition
 from aiokafka.errors import GroupCoordinatorNotAvailableError, KafkaError, NotCoordinatorForGroupError
-from aiokafka.protocol.commit import OffsetFetchRequest
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.commit import OffsetFetchRequest_v1, OffsetFetchRequest_v2, OffsetFetchRequest_v3
+from aiokafka.protocol.types import (Boolean, CompactArray, CompactString, Int16, Int32, Int64, Schema,
+                                     TaggedFields)
 
 from ...errors import StreamkitError
 from ..base import Consumer, FetchedBatch, TopicPartition
@@ -36,6 +39,7 @@ class KafkaAssignedConsumer(Consumer):
             auto_offset_reset="none",  # a position outside the log is handled by fetch_batches
             isolation_level="read_committed" if read_committed else "read_uncommitted"))
         self._lost: Lost = []
+        self._stable_within = stable_offsets_wait(config) if read_committed else None
         self._started = False
         self._assigned: Set[TopicPartition] = set()
         self._seeks: Dict[TopicPartition, Optional[int]] = {}
@@ -121,12 +125,12 @@ class KafkaAssignedConsumer(Consumer):
             await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer",
                                    self._config)
             self._started = True
-        return await committed_offsets(self._kafka, partitions)
+        return await committed_offsets(self._kafka, partitions, stable_within=self._stable_within)
 
     async def committed_metadata(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, str]:
         if self._group is None:
             return {}
-        return await committed_metadata(self._kafka, partitions)
+        return await committed_metadata(self._kafka, partitions, stable_within=self._stable_within)
 
     async def aclose(self) -> None:
         self._assigned.clear()
@@ -138,28 +142,53 @@ class KafkaAssignedConsumer(Consumer):
         self._started = False
 
 
-async def committed_offsets(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition]
-                            ) -> Dict[TopicPartition, int]:
-    """The committed offsets of ``partitions`` for ``kafka``'s group."""
-    return {tp: offset for tp, (offset, _metadata) in (await _fetch_committed(kafka, partitions)).items()}
+async def committed_offsets(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition], *,
+                            stable_within: Optional[float] = None) -> Dict[TopicPartition, int]:
+    """The committed offsets of ``partitions`` for ``kafka``'s group. With ``stable_within``,
+    only once no transaction that commits offsets of them is pending (see
+    :func:`_fetch_committed`)."""
+    return {tp: offset for tp, (offset, _metadata)
+            in (await _fetch_committed(kafka, partitions, stable_within)).items()}
 
 
-async def committed_metadata(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition]
-                             ) -> Dict[TopicPartition, str]:
+async def committed_metadata(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition], *,
+                             stable_within: Optional[float] = None) -> Dict[TopicPartition, str]:
     """The metadata strings committed with the offsets of ``partitions`` for ``kafka``'s group
-    (aiokafka's ``committed()`` returns the offset only)."""
-    return {tp: metadata for tp, (_offset, metadata) in (await _fetch_committed(kafka, partitions)).items()
-            if metadata}
+    (aiokafka's ``committed()`` returns the offset only); ``stable_within`` as for
+    :func:`committed_offsets`."""
+    return {tp: metadata for tp, (_offset, metadata)
+            in (await _fetch_committed(kafka, partitions, stable_within)).items() if metadata}
 
 
 #: How long a group's committed offsets are asked for again while its coordinator cannot answer.
 OFFSET_FETCH_TIMEOUT = 60.0
 #: Seconds between two OffsetFetch requests while the coordinator cannot answer.
 OFFSET_FETCH_BACKOFF = 0.2
+#: Seconds a pending transaction may outlive its timeout before its coordinator's abort is
+#: written (the coordinator checks for expired transactions periodically).
+TRANSACTION_ABORT_MARGIN = 30.0
+#: Kafka's UNSTABLE_OFFSET_COMMIT: a transaction that commits offsets of the partition is
+#: pending (answered only to an OffsetFetch with require_stable; aiokafka has no class for it).
+UNSTABLE_OFFSET_COMMIT = 88
 
 
-async def _fetch_committed(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition]
-                           ) -> Dict[TopicPartition, Tuple[int, str]]:
+def stable_offsets_wait(config: KafkaClientConfig) -> float:
+    """How long (s) a read of committed offsets waits for a pending transactional offset
+    commit to end: its producer commits or aborts it, or its coordinator aborts it past
+    ``transaction_timeout_ms``."""
+    return config.transaction_timeout_ms / 1000 + TRANSACTION_ABORT_MARGIN
+
+
+class UnstableOffsetCommitError(aiokafka_errors.BrokerResponseError):
+    """A transaction that commits offsets of the partition is pending: asked again."""
+
+    errno = UNSTABLE_OFFSET_COMMIT
+    message = "UNSTABLE_OFFSET_COMMIT"
+    retriable = True
+
+
+async def _fetch_committed(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPartition],
+                           stable_within: Optional[float]) -> Dict[TopicPartition, Tuple[int, str]]:
     """``(offset, metadata)`` committed for ``kafka``'s group, per partition of ``partitions``
     that has a commit.
 
@@ -168,7 +197,14 @@ async def _fetch_committed(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPa
     moved) answers with that error and no partitions, which aiokafka takes for "nothing
     committed": a task would restart from the beginning of its input on top of its restored
     state and count every record again. Here such an answer, or one leaving out a partition
-    asked for, is asked again (up to :data:`OFFSET_FETCH_TIMEOUT`)."""
+    asked for, is asked again (up to :data:`OFFSET_FETCH_TIMEOUT`).
+
+    With ``stable_within`` the request sets require_stable (KIP-447, OffsetFetch v7+): while
+    a transaction that commits offsets of a partition is pending, the coordinator answers
+    UNSTABLE_OFFSET_COMMIT instead of the offset the transaction is about to replace, and
+    the request is asked again for up to ``stable_within`` seconds. A task starting under
+    exactly_once reads its offsets that way: the previous owner's last commit may still be
+    completing. (A broker older than OffsetFetch v7, Kafka 2.5, cannot tell.)"""
     coordinator = kafka._coordinator
     group = getattr(kafka, "_group_id", None)
     if coordinator is None or group is None or not partitions:
@@ -176,42 +212,52 @@ async def _fetch_committed(kafka: AIOKafkaConsumer, partitions: Sequence[TopicPa
     by_topic: Dict[str, List[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    deadline = time.monotonic() + OFFSET_FETCH_TIMEOUT
+    request = StableOffsetFetchRequest(group, list(by_topic.items()), require_stable=stable_within is not None)
+    started = time.monotonic()
     while True:
         await coordinator.ensure_coordinator_known()
         try:
-            response = await coordinator._send_req(OffsetFetchRequest(group, list(by_topic.items())))
+            response = await coordinator._send_req(request)
             return _committed_in(response, partitions)
         except KafkaError as exc:
             if isinstance(exc, (NotCoordinatorForGroupError, GroupCoordinatorNotAvailableError)):
                 coordinator.coordinator_dead()
             if not exc.retriable:
                 raise
-            if time.monotonic() > deadline:
+            unstable = isinstance(exc, UnstableOffsetCommitError)
+            limit = stable_within if unstable and stable_within is not None else OFFSET_FETCH_TIMEOUT
+            if time.monotonic() - started > limit:
+                what = ("a transaction committing offsets of them stayed pending" if unstable
+                        else "the coordinator did not answer")
                 raise StreamkitError(f"fetching the committed offsets of {describe_partitions(partitions)} for "
-                                     f"group {group} failed for {OFFSET_FETCH_TIMEOUT:.0f} s: "
+                                     f"group {group} failed for {limit:.0f} s ({what}): "
                                      f"{type(exc).__name__}: {exc}") from exc
-            log.info("group %s: committed offsets not available yet (%s); asking again", group,
-                     type(exc).__name__)
+            if unstable:
+                log.debug("group %s: a transaction committing offsets of %s is pending; asking again", group,
+                          describe_partitions(partitions))
+            else:
+                log.info("group %s: committed offsets not available yet (%s); asking again", group,
+                         type(exc).__name__)
             await asyncio.sleep(OFFSET_FETCH_BACKOFF)
 
 
 def _committed_in(response: Any, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, Tuple[int, str]]:
-    """The commits an OffsetFetch answer holds; raises its group-level or partition error, or
-    a retriable error when it leaves out a partition asked for."""
-    group_error = aiokafka_errors.for_code(getattr(response, "error_code", 0))
-    if group_error is not aiokafka_errors.NoError:
-        raise group_error()
+    """The commits an OffsetFetch answer (v1-v3, or v7) holds; raises its group-level or
+    partition error, or a retriable error when it leaves out a partition asked for."""
+    _raise_for(getattr(response, "error_code", 0), None)
     found: Dict[TopicPartition, Tuple[int, str]] = {}
     answered = set()
-    for topic, entries in response.topics:
-        for partition, offset, metadata, code in entries:
+    for topic, entries, *_tags in response.topics:
+        for entry in entries:
+            if len(entry) == 4:  # v1-v3
+                partition, offset, metadata, code = entry
+            else:  # v7: with the leader epoch and tagged fields
+                partition, offset, _epoch, metadata, code, _tags = entry
             tp = TopicPartition(topic, partition)
-            error = aiokafka_errors.for_code(code)
-            if error is aiokafka_errors.UnknownTopicOrPartitionError:
+            if code == aiokafka_errors.UnknownTopicOrPartitionError.errno:
                 log.warning("OffsetFetch: %s[%d] is unknown to the group's coordinator", topic, partition)
-            elif error is not aiokafka_errors.NoError:
-                raise error()
+            else:
+                _raise_for(code, tp)
             answered.add(tp)
             if offset >= 0:
                 found[tp] = (offset, metadata or "")
@@ -220,6 +266,67 @@ def _committed_in(response: Any, partitions: Sequence[TopicPartition]) -> Dict[T
         raise aiokafka_errors.GroupLoadInProgressError(
             f"the coordinator's answer left out {describe_partitions(left_out)}")
     return found
+
+
+def _raise_for(code: int, tp: Optional[TopicPartition]) -> None:
+    if code == UNSTABLE_OFFSET_COMMIT:
+        raise UnstableOffsetCommitError(f"{tp.topic}[{tp.partition}]" if tp else "")
+    error = aiokafka_errors.for_code(code)
+    if error is not aiokafka_errors.NoError:
+        raise error()
+
+
+class _OffsetFetchResponse_v7(Response):
+    API_KEY = 9
+    API_VERSION = 7
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("topics", CompactArray(
+            ("name", CompactString("utf-8")),
+            ("partitions", CompactArray(
+                ("partition_index", Int32),
+                ("committed_offset", Int64),
+                ("committed_leader_epoch", Int32),
+                ("metadata", CompactString("utf-8")),
+                ("error_code", Int16),
+                ("tags", TaggedFields))),
+            ("tags", TaggedFields))),
+        ("error_code", Int16),
+        ("tags", TaggedFields))
+
+
+class _OffsetFetchRequest_v7(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = 9
+    API_VERSION = 7
+    RESPONSE_TYPE = _OffsetFetchResponse_v7
+    SCHEMA = Schema(
+        ("group_id", CompactString("utf-8")),
+        ("topics", CompactArray(
+            ("name", CompactString("utf-8")),
+            ("partition_indexes", CompactArray(Int32)),
+            ("tags", TaggedFields))),
+        ("require_stable", Boolean),
+        ("tags", TaggedFields))
+
+
+class StableOffsetFetchRequest(Request[OffsetFetchRequest_v1 | OffsetFetchRequest_v2 | OffsetFetchRequest_v3
+                                       | _OffsetFetchRequest_v7]):
+    """OffsetFetch for the partitions of some topics; v7 where the broker has it (aiokafka
+    stops at v3), to set ``require_stable``."""
+
+    API_KEY = 9
+
+    def __init__(self, group: str, partitions: List[Tuple[str, List[int]]], *, require_stable: bool) -> None:
+        self._group = group
+        self._partitions = partitions
+        self._require_stable = require_stable
+
+    def build(self, request_struct_class):  # type: ignore[override]
+        if request_struct_class is _OffsetFetchRequest_v7:
+            return _OffsetFetchRequest_v7(self._group, [(topic, indexes, {}) for topic, indexes in self._partitions],
+                                          self._require_stable, {})
+        return request_struct_class(self._group, self._partitions)
 
 
 def kafka_offsets(offsets: Mapping[TopicPartition, int], metadata: Optional[Mapping[TopicPartition, str]]

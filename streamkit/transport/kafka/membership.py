@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTopicPartition
-from aiokafka.errors import (CommitFailedError, IllegalGenerationError, IllegalStateError,
-                             RebalanceInProgressError, UnknownMemberIdError)
+from aiokafka.errors import (CommitFailedError, GroupCoordinatorNotAvailableError, IllegalGenerationError,
+                             IllegalStateError, KafkaError, NotCoordinatorForGroupError, RebalanceInProgressError,
+                             UnknownMemberIdError)
+from aiokafka.errors import NoError as NoKafkaError
+from aiokafka.errors import for_code as kafka_error_for_code
+from aiokafka.protocol.group import HeartbeatRequest
 
 from ...errors import RebalanceInProgressError as GroupRebalancing
 from ...errors import StreamkitError, TaskMigratedError
@@ -27,7 +32,7 @@ from .assignor import MemberState, TaskAssignor, plan_fingerprint
 from .config import KafkaClientConfig
 from .connect import start_with_retry
 from .no_auto_create import no_topic_auto_creation
-from .consumer import committed_metadata, committed_offsets, describe_partitions, kafka_offsets
+from .consumer import committed_metadata, committed_offsets, describe_partitions, kafka_offsets, stable_offsets_wait
 from .records import Lost, fetch_batches
 
 log = logging.getLogger(__name__)
@@ -36,6 +41,10 @@ REVOKE_TIMEOUT = 60.0
 """Longest (s) a rebalance waits for the worker to commit revoked tasks; less when the
 rebalance timeout is short (see :func:`revoke_wait`)."""
 COMMIT_TIMEOUT = 15.0  # s an offset commit may take before the worker gives up with an error
+GENERATION_CHECK_TIMEOUT = 15.0
+"""Longest (s) the coordinator may take to confirm this member's generation before a
+restart of fenced tasks is put off to a later poll."""
+GENERATION_CHECK_BACKOFF = 1.0  # s between two such checks the coordinator did not answer
 _MIGRATED = (CommitFailedError, IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError)
 
 
@@ -54,9 +63,10 @@ class KafkaGroupConsumer(Consumer):
     this worker; ``unassign`` pauses them; commits fail with TaskMigratedError once the
     group has moved on without us."""
 
-    def __init__(self, kafka: AIOKafkaConsumer, group: str) -> None:
+    def __init__(self, kafka: AIOKafkaConsumer, group: str, stable_within: float) -> None:
         self._kafka = kafka
         self._group = group
+        self._stable_within = stable_within
         self._seeks: Dict[TopicPartition, Optional[int]] = {}
         self._lost: Lost = []
 
@@ -146,10 +156,13 @@ class KafkaGroupConsumer(Consumer):
                                     f"({type(cause).__name__}): its tasks now belong to other members") from None
 
     async def committed(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, int]:
-        return await committed_offsets(self._kafka, partitions)
+        """The committed offsets, once no transaction committing offsets of ``partitions`` is
+        pending: a task taking over from a fenced or revoked owner must not start from the
+        offsets that owner's last, still completing, transaction replaces."""
+        return await committed_offsets(self._kafka, partitions, stable_within=self._stable_within)
 
     async def committed_metadata(self, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, str]:
-        return await committed_metadata(self._kafka, partitions)
+        return await committed_metadata(self._kafka, partitions, stable_within=self._stable_within)
 
 
 class KafkaGroupMembership(Membership):
@@ -173,13 +186,16 @@ class KafkaGroupMembership(Membership):
             rebalance_timeout_ms=config.rebalance_timeout_ms,
             auto_offset_reset="none",  # a position outside the log is handled by fetch_batches
             isolation_level="read_committed", partition_assignment_strategy=(self._assignor,)))
-        self._consumer = KafkaGroupConsumer(self._kafka, group)
+        self._consumer = KafkaGroupConsumer(self._kafka, group, stable_offsets_wait(config))
         self._started = False
         self._pending: Optional[TaskAssignment] = None
         self._revoking: Optional[asyncio.Event] = None
         self._closing = False
         self._restart: Set[str] = set()
         """Tasks closed dirty while the group still assigns them here (see release)."""
+        self._assigned_in: Optional[Tuple[int, str]] = None
+        """(generation, member id) in which the group gave this member its current assignment."""
+        self._next_generation_check = 0.0
         self.topics = sorted({tp.topic for tps in plan.tasks.values() for tp in tps})
 
     def consumer(self) -> Consumer:
@@ -191,15 +207,28 @@ class KafkaGroupMembership(Membership):
             self._kafka.subscribe(self.topics, listener=_Listener(self))
             self._started = True
             log.info("joining group %s (topics %s)", self._group, ", ".join(self.topics))
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            self._restart.clear()  # the new assignment decides
-        elif self._restart and not self.revocation_pending():
-            restart, self._restart = sorted(self._restart), set()
-            if await self._generation_is_current(restart):
+        if self._pending is None and self._restart and not self.revocation_pending() \
+                and time.monotonic() >= self._next_generation_check:
+            restart = sorted(self._restart)
+            current = await self._generation_is_current()
+            if current is None:  # the coordinator could not tell: ask again later
+                self._next_generation_check = time.monotonic() + GENERATION_CHECK_BACKOFF
+            elif self._pending is None and current:
+                self._restart.clear()
                 log.info("group %s still assigns task(s) %s here: restarting them from their committed "
                          "offsets with new producers", self._group, ", ".join(restart))
                 return self._assignor.received
+            else:
+                # The group moved on (or an assignment arrived during the check): the next
+                # assignment decides which tasks run here.
+                self._restart.clear()
+                if self._pending is None:
+                    log.warning("group %s: not restarting task(s) %s here: the group moved on from the "
+                                "generation that assigned them; waiting for the new assignment", self._group,
+                                ", ".join(restart))
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._restart.clear()  # the new assignment decides
         return pending
 
     def endpoint_of(self, task_id: str) -> Optional[str]:
@@ -220,22 +249,43 @@ class KafkaGroupMembership(Membership):
         if not self._closing and received is not None and task_id in received.active:
             self._restart.add(task_id)
 
-    async def _generation_is_current(self, task_ids: Sequence[str]) -> bool:
-        """Commit the tasks' committed offsets again (a no-op for their position) to learn
-        from the coordinator whether this member's generation still owns them. A member
-        the group moved on without must not restart tasks: a new producer would fence the
-        real owner's."""
-        partitions = [tp for tid in task_ids for tp in self._plan.tasks.get(tid, ())]
-        offsets = await committed_offsets(self._kafka, partitions)
-        if not offsets:
-            return True  # nothing committed yet: nothing to check with; the heartbeat tells
-        notes = await committed_metadata(self._kafka, partitions)
+    async def _generation_is_current(self) -> Optional[bool]:
+        """Whether the coordinator still has this member in the generation that gave it its
+        current assignment (a heartbeat of that generation, which writes nothing); None if
+        it could not be asked. A member the group moved on without must not restart tasks:
+        a new producer would fence the real owner's. Never an offset commit: a stale
+        offset written by a member that does not own the partition in the current
+        generation would move it backwards (and under exactly_once only transactions may
+        write offsets)."""
+        coordinator = self._kafka._coordinator
+        if coordinator is None or self._assigned_in is None:
+            return None
+        generation, member_id = self._assigned_in
+        if (coordinator.generation, coordinator.member_id) != self._assigned_in:
+            return False  # aiokafka already left that generation: a new assignment follows
         try:
-            await self._consumer.commit(offsets, notes)
-        except (TaskMigratedError, GroupRebalancing) as exc:
-            log.warning("group %s: not restarting task(s) %s here: %s", self._group, ", ".join(task_ids), exc)
+            response = await asyncio.wait_for(self._heartbeat(coordinator, generation, member_id),
+                                              GENERATION_CHECK_TIMEOUT)
+        except (KafkaError, asyncio.TimeoutError) as exc:
+            log.info("group %s: could not confirm this worker's generation %d with the coordinator (%s); "
+                     "asking again", self._group, generation, type(exc).__name__)
+            return None
+        error = kafka_error_for_code(response.error_code)
+        if error is NoKafkaError:
+            return (coordinator.generation, coordinator.member_id) == self._assigned_in
+        if error in (IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError) \
+                or error.__name__ == "FencedInstanceIdError":
             return False
-        return True
+        if error in (NotCoordinatorForGroupError, GroupCoordinatorNotAvailableError):
+            coordinator.coordinator_dead()
+        log.info("group %s: the coordinator answered %s to this worker's generation check; asking again",
+                 self._group, error.__name__)
+        return None
+
+    @staticmethod
+    async def _heartbeat(coordinator: Any, generation: int, member_id: str) -> Any:
+        await coordinator.ensure_coordinator_known()
+        return await coordinator._send_req(HeartbeatRequest(coordinator.group_id, generation, member_id))
 
     def revocation_pending(self) -> bool:
         return self._revoking is not None and not self._revoking.is_set()
@@ -258,6 +308,8 @@ class KafkaGroupMembership(Membership):
             self._revoking = None
 
     def _on_assigned(self, assigned: Set[KafkaTopicPartition]) -> None:
+        coordinator = self._kafka._coordinator
+        self._assigned_in = (coordinator.generation, coordinator.member_id)
         if assigned:
             self._kafka.pause(*assigned)  # resumed per task once its stores are restored
         self._pending = self._assignor.received
