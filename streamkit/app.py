@@ -35,6 +35,7 @@ from .topology.passes import build_topology
 
 if TYPE_CHECKING:  # the runtime loads only when a worker runs
     from .core.http_security import HttpSecurity
+    from .state.restore import StateRepairs
     from .runtime.metrics import TaskMetrics
     from .runtime.worker import Worker
     from .transport.base import Transport
@@ -233,24 +234,29 @@ class App:
 
     def worker(self, transport: "Transport", *, until_idle: Optional[float] = None,
                guarantee: Optional[str] = None, state_dir: Optional[str] = None,
-               standby_replicas: Optional[int] = None) -> "Worker":
+               standby_replicas: Optional[int] = None, state_repairs: Optional["StateRepairs"] = None) -> "Worker":
         """A worker for this app on ``transport`` (run it with ``await worker.run()``);
         the keyword arguments override the app's settings as ``streamkit worker``'s options do."""
         from .runtime.worker import Worker
+        from .state.restore import StateRepairs
 
         config = self.config.with_overrides(guarantee=guarantee, state_dir=state_dir,
                                             standby_replicas=standby_replicas)
-        return Worker(self.build(), config, transport, until_idle=until_idle)
+        return Worker(self.build(), config, transport, until_idle=until_idle,
+                      state_repairs=state_repairs or StateRepairs())
 
     def run(self, *, broker: Optional[str] = None, until_idle: Optional[float] = None,
             guarantee: Optional[str] = None, state_dir: Optional[str] = None,
             standby_replicas: Optional[int] = None, config_file: Optional[str] = None,
-            http: Optional[str] = None, http_security: Optional["HttpSecurity"] = None) -> "TaskMetrics":
+            http: Optional[str] = None, http_security: Optional["HttpSecurity"] = None,
+            state_repairs: Optional["StateRepairs"] = None) -> "TaskMetrics":
         """Run a worker in this process until SIGINT/SIGTERM, ``until_idle`` seconds
         without input, or an error; returns the worker's record counts. The keyword
         arguments override the app's settings (``broker``: see :meth:`resolve_broker`;
-        ``http``: see :attr:`http`; ``http_security``: see :attr:`http_security`)."""
+        ``http``: see :attr:`http`; ``http_security``: see :attr:`http_security`;
+        ``state_repairs``: see :class:`~streamkit.state.restore.StateRepairs`)."""
         from .runtime.worker import run_worker
+        from .state.restore import StateRepairs
 
         config = self.config.with_overrides(guarantee=guarantee, state_dir=state_dir,
                                             standby_replicas=standby_replicas)
@@ -270,7 +276,8 @@ class App:
 
         try:
             return run_worker(self.build(), config, broker=self.resolve_broker(broker), until_idle=until_idle,
-                              config_file=config_file, companions=companions, on_start=started)
+                              config_file=config_file, companions=companions, on_start=started,
+                              state_repairs=state_repairs or StateRepairs())
         finally:
             self._running = None
 

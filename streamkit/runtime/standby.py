@@ -9,7 +9,7 @@ from typing import Dict, FrozenSet, Optional, Set
 from ..state.task_stores import OpenStore, TaskStores, open_task_stores
 from ..topology import Topology
 from ..core.records import TopicPartition
-from ..transport.base import Consumer
+from ..transport.base import Admin, Consumer
 from .assembly import TaskSettings
 from .task import parse_task_id
 
@@ -21,8 +21,10 @@ TAIL_INTERVAL = 0.2  # s between reads of the standbys' changelogs
 class StandbyTasks:
     """The standby tasks of one worker and the reader tailing their changelogs."""
 
-    def __init__(self, topology: Topology, settings: TaskSettings, reader: Consumer) -> None:
+    def __init__(self, topology: Topology, settings: TaskSettings, reader: Consumer,
+                 admin: Optional[Admin] = None) -> None:
         self._topology = topology
+        self._admin = admin
         self._settings = settings
         self.reader = reader
         self._tasks: Dict[str, TaskStores] = {}
@@ -61,6 +63,18 @@ class StandbyTasks:
                 if store.changelog is None:
                     continue
                 checkpoint = store.buffer.persistent.changelog_offset()
+                if checkpoint is not None and self._admin is not None:
+                    tp = store.changelog
+                    end = self._admin.partition_offsets(tp.topic, tp.partition).end
+                    if checkpoint > end:
+                        # Maybe the only intact copy left: keep it as it is, untailed; whoever
+                        # runs the task active decides (see state.restore.StateRepairs).
+                        log.error("standby task %s: store %s has checkpoint %d past the end %d of its changelog "
+                                  "%s[%d] (deleted, recreated or truncated): not keeping it warm and leaving "
+                                  "its files untouched; a worker taking the task over with this copy refuses "
+                                  "to start it until --reseed-changelog or --reset-store is chosen", tid,
+                                  store.spec.name, checkpoint, end, tp.topic, tp.partition)
+                        continue
                 self._by_changelog[store.changelog] = store
                 self.reader.assign([store.changelog], {} if checkpoint is None else {store.changelog: checkpoint})
             log.info("standby task %s opened (stores %s)", tid, ", ".join(sub.store_names) or "none")

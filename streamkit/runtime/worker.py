@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Protocol, Seq
 from ..core.app_config import AppConfig
 from ..errors import ConfigError, StreamkitError, TaskMigratedError
 from ..state.directory import StateDirectory, claim_state_directory
-from ..state.restore import restore_task_stores
+from ..state.restore import StateRepairs, restore_task_stores
 from ..topology import Topology
 from ..topology.passes import tasks_of
 from ..topology.serde_binding import bind_serdes
@@ -61,8 +61,14 @@ class Worker(CommitSteps):
     """Runs an app's tasks on a transport until stopped, idle, or failed."""
 
     def __init__(self, topology: Topology, config: AppConfig, transport: Transport, *,
-                 until_idle: Optional[float] = None) -> None:
+                 until_idle: Optional[float] = None, state_repairs: StateRepairs = StateRepairs()) -> None:
         self.topology = bind_serdes(topology, transport.url)  # registry serdes learn their topics
+        unknown = sorted((state_repairs.reseed | state_repairs.reset) - set(topology.stores))
+        if unknown:
+            raise ConfigError(f"app {config.app_id} has no store named {', '.join(unknown)} (its stores: "
+                              f"{', '.join(sorted(topology.stores)) or 'none'})")
+        self.state_repairs = state_repairs
+        """The operator's choice for stores whose checkpoint is past their changelog's end."""
         self.config = config
         self.app_id = config.app_id
         self.transport = transport
@@ -215,7 +221,7 @@ class Worker(CommitSteps):
             self._consumer = with_external_sources(
                 self._membership.consumer() or transport.consumer(app_id, read_committed=True), topology)
             self._restore_consumer = _reader(transport, app_id)
-            self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app_id))
+            self._standbys = StandbyTasks(topology, self.settings, _reader(transport, app_id), transport.admin)
             self._globals = GlobalTables(topology, backend=config.store_backend, state_dir=self._state.path,
                                          consumer=_reader(transport, app_id) if topology.global_tables else None)
             if self.exactly_once and not self._per_task_producers:
@@ -570,7 +576,8 @@ class Worker(CommitSteps):
             observations = self.observations
             self.restored[tid] = await restore_task_stores(
                 tid, task.store_set, self._restore_consumer, self.transport.admin,
-                progress=lambda done, total: observations.restore_progress(tid, done, total))
+                progress=lambda done, total: observations.restore_progress(tid, done, total),
+                repairs=self.state_repairs, open_producer=self.transport.producer)
             observations.restore_done(tid, sum(self.restored[tid].values()))
         self._consumer.assign(inputs, positions)
         task.positions.update(positions)  # where to resume if the group moves it before it reads
@@ -773,12 +780,13 @@ class WorkerCompanion(Protocol):
 
 def run_worker(topology: Topology, config: AppConfig, *, broker: str, until_idle: Optional[float] = None,
                config_file: Optional[str] = None, companions: Sequence[WorkerCompanion] = (),
-               on_start: Optional[Callable[["Worker", asyncio.AbstractEventLoop], None]] = None) -> TaskMetrics:
+               on_start: Optional[Callable[["Worker", asyncio.AbstractEventLoop], None]] = None,
+               state_repairs: StateRepairs = StateRepairs()) -> TaskMetrics:
     """Run a worker in this process until SIGINT/SIGTERM, ``until_idle``, or an error.
     ``companions`` run beside it; ``on_start(worker, loop)`` is called once both exist."""
     tune_gc_for_streaming()
     transport = open_transport(broker, kafka_config=config.kafka_config, config_file=config_file)
-    worker = Worker(topology, config, transport, until_idle=until_idle)
+    worker = Worker(topology, config, transport, until_idle=until_idle, state_repairs=state_repairs)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -5,6 +5,12 @@ reads from there to the end (committed records only), applying batches that
 each carry the offset they reach, so a crash during restore resumes where it
 stopped. A store without a checkpoint (new, deleted or rebuilt after
 corruption) replays the whole changelog.
+
+A store whose checkpoint is past its changelog's end (the changelog was deleted
+and recreated, or truncated) holds state the changelog lost: it is never wiped
+implicitly. The task refuses to start (:class:`ChangelogBehindCheckpoint`) until
+the operator picks a :class:`StateRepairs` way out for the store: reseed the
+changelog from the intact local store, or reset the store to the changelog.
 """
 from __future__ import annotations
 
@@ -12,11 +18,15 @@ import asyncio
 import logging
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, List, Optional
+
+from ..errors import StreamkitError
 
 from ..faults import crash_point
 from ..core.records import TopicPartition
-from ..transport.base import Admin, Consumer
+from ..transport.base import Admin, Consumer, Producer
+from .suppression_buffer import SuppressionBuffer
 from .task_stores import OpenStore, TaskStores
 
 log = logging.getLogger(__name__)
@@ -24,28 +34,92 @@ log = logging.getLogger(__name__)
 LOG_EVERY = 5.0  # seconds between progress lines
 FETCH_WAIT = 0.1  # s
 EMPTY_FETCHES_BELOW_END = 20
+RESEED_PENDING = 2 ** 62
+"""Checkpoint a store holds while its changelog is being reseeded: far past any end, so an
+interrupted reseed is refused again at the next start instead of looking complete."""
+RESEED_BATCH = 1000  # records per send while reseeding
+
+
+@dataclass(frozen=True)
+class StateRepairs:
+    """What the operator chose for stores whose checkpoint is past their changelog's end
+    (by store name; ``streamkit worker --reseed-changelog/--reset-store``).
+
+    ``reseed``: write the local store's contents into the changelog and checkpoint its new
+    end (the state survives). ``reset``: discard the local store and rebuild it from the
+    changelog as it is (what the changelog lost is lost). Either applies only to a store
+    whose checkpoint is past its changelog's end; otherwise the store restores as usual."""
+
+    reseed: FrozenSet[str] = field(default_factory=frozenset)
+    reset: FrozenSet[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        both = self.reseed & self.reset
+        if both:
+            raise StreamkitError(f"store(s) {', '.join(sorted(both))}: choose either reseeding the changelog "
+                                 "or resetting the store, not both")
+
+
+class ChangelogBehindCheckpoint(StreamkitError):
+    """A store's checkpoint is past its changelog's end and no repair was chosen for it."""
+
+
+def _refusal(task_id: str, store: OpenStore, tp: TopicPartition, checkpoint: int, end: int) -> str:
+    name = store.spec.name
+    if checkpoint == RESEED_PENDING:
+        found = (f"store {name} of task {task_id}: reseeding its changelog {tp.topic}[{tp.partition}] was "
+                 f"interrupted (the changelog ends at {end}, possibly with part of the store)")
+    else:
+        found = (f"store {name} of task {task_id}: its checkpoint (changelog offset applied) is {checkpoint} but "
+                 f"its changelog {tp.topic}[{tp.partition}] ends at {end}: the changelog was deleted, recreated "
+                 "or truncated, and restoring from it would lose the store's state")
+    return (f"{found}. The local store is intact and was left untouched. Restart the worker with "
+            f"--reseed-changelog {name} to write the local store back into the changelog (keeps the state), "
+            f"or with --reset-store {name} to rebuild the store from the changelog as it is (discards what "
+            "the changelog lost)")
 
 
 async def restore_task_stores(task_id: str, stores: TaskStores, consumer: Consumer, admin: Admin,
                               *, show_progress: Optional[bool] = None,
-                              progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, int]:
+                              progress: Optional[Callable[[int, int], None]] = None,
+                              repairs: StateRepairs = StateRepairs(),
+                              open_producer: Optional[Callable[[], Producer]] = None) -> Dict[str, int]:
     """Bring every changelogged store of a task up to the end of its changelog; return the
     records replayed per store. ``progress(restored, total)`` is called after each batch
-    (``total``: the records between the checkpoints and the changelogs' ends)."""
+    (``total``: the records between the checkpoints and the changelogs' ends).
+
+    Raises :class:`ChangelogBehindCheckpoint`, before touching any store, when a store's
+    checkpoint is past its changelog's end and ``repairs`` names no way out for it (a
+    reseed writes through a producer from ``open_producer``)."""
     report: Dict[str, int] = {}
     todo: List[tuple] = []
+    ahead = []
+    for store in stores.open_stores:
+        if store.changelog is None:
+            continue
+        tp = store.changelog
+        end = admin.partition_offsets(tp.topic, tp.partition).end
+        checkpoint = store.buffer.persistent.changelog_offset()
+        if checkpoint is not None and checkpoint > end:
+            ahead.append((store, tp, checkpoint, end))
+    refused = [_refusal(task_id, store, tp, checkpoint, end) for store, tp, checkpoint, end in ahead
+               if store.spec.name not in repairs.reseed | repairs.reset]
+    if refused:
+        raise ChangelogBehindCheckpoint("; ".join(refused))
+    for store, tp, checkpoint, end in ahead:
+        if store.spec.name in repairs.reseed:
+            if open_producer is None:
+                raise StreamkitError(f"store {store.spec.name} of task {task_id}: no producer to reseed "
+                                     f"{tp.topic}[{tp.partition}] with")
+            await _reseed(task_id, store, tp, checkpoint, admin, open_producer)
+        else:
+            _reset(task_id, store, tp, checkpoint, end)
     for store in stores.open_stores:
         if store.changelog is None:
             continue
         tp = store.changelog
         offsets = admin.partition_offsets(tp.topic, tp.partition)
         checkpoint = store.buffer.persistent.changelog_offset()
-        if checkpoint is not None and checkpoint > offsets.end:
-            log.warning("store %s of task %s: its checkpoint %d is past the end of %s[%d] (%d): "
-                        "the changelog was recreated; rebuilding the store from it",
-                        store.spec.name, task_id, checkpoint, tp.topic, tp.partition, offsets.end)
-            _wipe(store)
-            checkpoint = None
         start = offsets.start if checkpoint is None or checkpoint < offsets.start else checkpoint
         if start < offsets.end:
             todo.append((store, tp, start, offsets.end))
@@ -124,9 +198,51 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
     return replayed
 
 
-def _wipe(store: OpenStore) -> None:
+async def _reseed(task_id: str, store: OpenStore, tp: TopicPartition, checkpoint: int, admin: Admin,
+                  open_producer: Callable[[], Producer]) -> None:
+    """Append every entry of the local store to its changelog, then checkpoint the new end."""
+    persistent = store.buffer.persistent
+    store.buffer.forget_cached()
+    if checkpoint != RESEED_PENDING:
+        persistent.apply({}, RESEED_PENDING)  # an interrupted reseed must not look complete
+    log.warning("store %s of task %s: reseeding its changelog %s[%d] from the local store (its checkpoint %s "
+                "was past the changelog's end)", store.spec.name, task_id, tp.topic, tp.partition,
+                "unknown: an earlier reseed was interrupted" if checkpoint == RESEED_PENDING else checkpoint)
+    producer = open_producer()
+    written = 0
+    try:
+        timestamp = int(time.time() * 1000)
+        batch: List[tuple] = []
+        for key, value in persistent.range(None, None):
+            batch.append((key, value, timestamp, None))
+            if len(batch) >= RESEED_BATCH:
+                await producer.send([(tp.topic, tp.partition, batch)])
+                written += len(batch)
+                batch = []
+        if batch:
+            await producer.send([(tp.topic, tp.partition, batch)])
+            written += len(batch)
+        await producer.delivered()
+        await producer.flush()
+    finally:
+        await producer.aclose()
+    end = admin.partition_offsets(tp.topic, tp.partition).end
+    persistent.apply({}, end)
+    log.warning("store %s of task %s: reseeded %s[%d] with %d record(s) from the local store; checkpoint now %d",
+                store.spec.name, task_id, tp.topic, tp.partition, written, end)
+
+
+def _reset(task_id: str, store: OpenStore, tp: TopicPartition, checkpoint: int, end: int) -> None:
+    """Discard the local store (the operator chose to rebuild it from the changelog as it is)."""
+    discarded = sum(1 for _ in store.buffer.persistent.range(None, None))
+    log.warning("store %s of task %s: discarding its local state as asked (--reset-store): %d entr%s at "
+                "checkpoint %d, past the end %d of its changelog %s[%d]; rebuilding it from the changelog, "
+                "which lacks what it lost", store.spec.name, task_id, discarded,
+                "y" if discarded == 1 else "ies", checkpoint, end, tp.topic, tp.partition)
     store.buffer.forget_cached()
     store.buffer.persistent.reset()
+    if isinstance(store.store, SuppressionBuffer):
+        store.store.reset_index()
 
 
 def _progress_bar(task_id: str, total: int, show: Optional[bool]):
