@@ -4,7 +4,7 @@ runtime's Transport interface)."""
 from streamkit.broker.broker import EmbeddedBroker, validate_topic_name
 from streamkit.broker.errors import (
     CorruptLogError, EmbeddedBrokerError, GroupNotEmptyError, PartitionCountMismatchError,
-    ProducerFencedError, TopicExistsError, TransactionStateError, UnknownGroupError,
+    ProducerFencedError, SegmentGapError, TopicExistsError, TransactionStateError, UnknownGroupError,
     UnknownPartitionError, UnknownTopicError)
 from streamkit.broker.group_store import TaskLock
 from streamkit.broker.reader import PartitionReader
@@ -16,4 +16,5 @@ __all__ = [
     "TOPIC_CONFIG_KEYS", "ProducerFencedError", "TransactionStateError",
     "EmbeddedBrokerError", "UnknownTopicError", "TopicExistsError", "PartitionCountMismatchError",
     "UnknownPartitionError", "UnknownGroupError", "GroupNotEmptyError", "CorruptLogError",
+    "SegmentGapError",
 ]

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Optional
 from streamkit.broker.batch_format import (
     CRC_START, FLAG_CONTROL, FLAG_TRANSACTIONAL, HEADER, PEEK_SIZE, batch_span, header_is_valid,
     marker_is_commit)
-from streamkit.broker.segment_files import READ_CHUNK, list_segments
+from streamkit.broker.errors import SegmentGapError
+from streamkit.broker.segment_files import READ_CHUNK, list_segments, segment_file_name
 
 if TYPE_CHECKING:
     from streamkit.broker.partition_log import PartitionLog
@@ -138,6 +139,7 @@ class BatchWalker:
                 self._switch(fd, self.offset)
                 return True
         if os.fstat(self._fd).st_nlink:
+            self._check_gap()
             return False  # the last segment: wait for more
         # Our file was deleted or replaced: find our offset in the segments of now.
         segments = list_segments(self._log.directory)
@@ -151,6 +153,18 @@ class BatchWalker:
             self._switch(fd, base)
             return True
         return False
+
+    def _check_gap(self) -> None:
+        """At the clean end of a segment no segment continues: SegmentGapError if a later
+        one exists (a transaction's marker behind the gap would never be found)."""
+        segments = list_segments(self._log.directory)
+        later = [base for base in segments if base > self._segment]
+        if not later or self.offset in segments or not os.fstat(self._fd).st_nlink:
+            return  # the last segment, or a roll or a retention pass meanwhile
+        raise SegmentGapError(
+            f"{self._log.describe(segment_file_name(self._segment))}: the segment ends at offset "
+            f"{self.offset} but no segment file starts there; the next one is "
+            f"{segment_file_name(later[0])}: offsets {self.offset} to {later[0] - 1} are missing")
 
     def _switch(self, fd: int, base: int) -> None:
         os.close(self._fd)

@@ -401,6 +401,7 @@ class EmbeddedBroker:
             if log is None:
                 log = PartitionLog(self._topics_dir / topic / str(partition), topic, partition,
                                    segment_bytes=state.segment_bytes)
+                log.verify_segments()  # refuse a log with gaps before anyone reads or appends
                 state.logs[partition] = log
                 self._logs[(topic, partition)] = log
             return log

@@ -33,7 +33,13 @@ class GroupNotEmptyError(EmbeddedBrokerError):
 
 
 class CorruptLogError(EmbeddedBrokerError):
-    """Unreadable data in the middle of a log (not a torn tail left by a crashed writer)."""
+    """Damaged committed data: a batch failing its checksum, or unreadable data that is
+    not a torn tail left by a crashed writer. Nothing is truncated or skipped for it."""
+
+
+class SegmentGapError(CorruptLogError):
+    """A partition's segment files do not form one contiguous log: a segment is missing,
+    misnamed, or does not start where the one before it ends."""
 
 
 class ProducerFencedError(EmbeddedBrokerError):

@@ -19,9 +19,17 @@ consistent data.
 Crash safety of appends rests on three facts: a batch is written with one
 ``os.write`` under the lock, so only the last batch of the last segment can be torn
 (by a writer killed mid-write); the next writer truncates such a torn tail before it
-appends; and readers never return a batch that is incomplete or fails its CRC. An
-invalid batch is a torn tail when no valid batch follows it, and corruption
-(``CorruptLogError``) when one does.
+appends; and readers never return a batch that is incomplete or fails its CRC.
+
+A torn tail is a batch cut short (the file ends inside it) or bytes that are no
+batch header, with no valid batch after them. Everything else that is wrong is
+damage to committed data (``CorruptLogError``), never truncated nor skipped: a
+complete batch (all its ``length`` bytes present) whose CRC fails, even as the last
+batch of the log (a killed writer leaves a short file, not wrong bytes), and invalid
+data followed by a valid batch. Readers deliver the records before the damage, then
+raise. Opening a partition checks that its segment files form one contiguous log
+(``verify_segments``, ``SegmentGapError``): a missing, misnamed or stray segment
+file would otherwise make readers stop at the gap or writers append around it.
 """
 from __future__ import annotations
 
@@ -41,12 +49,12 @@ from streamkit.broker.batch_format import (
     CRC_START, FLAG_TRANSACTIONAL, HEADER, PEEK_SIZE, batch_span, encode_batch,
     encode_marker, header_is_valid, rebase_batch)
 from streamkit.broker.batch_walker import TxnTracker
-from streamkit.broker.errors import CorruptLogError, EmbeddedBrokerError
+from streamkit.broker.errors import CorruptLogError, EmbeddedBrokerError, SegmentGapError
 from streamkit.broker.reader import PartitionReader
 from streamkit.broker.segment_files import (
     BAD_CRC, BAD_HEADER, CLEANER_CHECKPOINT_FILE, INCOMPLETE, INDEX_INTERVAL, LOCK_FILE_NAME, READ_CHUNK,
-    START_OFFSET_FILE, find_valid_batch, fsync_dir, list_segments, read_cleaner_checkpoint, read_int_file,
-    segment_file_name, write_int_file)
+    START_OFFSET_FILE, find_valid_batch, fsync_dir, is_segment_name, list_segments, misnamed_segments,
+    read_cleaner_checkpoint, read_int_file, segment_file_name, write_int_file)
 
 logger = logging.getLogger(__name__)
 
@@ -208,6 +216,84 @@ class PartitionLog:
     def segment_bytes(self) -> int:
         return self._segment_bytes
 
+    def verify_segments(self) -> None:
+        """Check that the segment files form one contiguous log; SegmentGapError if not.
+
+        Every ``*.log`` file must be well-named; the first segment must start at or
+        below the log start; a segment's first batch must carry the offset its name
+        says; each sealed segment must end exactly where the next one begins (its
+        batch headers are walked once). Segments wholly below the log start (left by
+        an interrupted retention pass) are not checked. A sealed segment whose batches
+        are damaged is left to readers: they deliver the records before the damage,
+        then raise CorruptLogError there.
+        """
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return
+        misnamed = misnamed_segments(names)
+        if misnamed:
+            raise SegmentGapError(
+                f"{self._where_dir()}: {', '.join(misnamed)} named like segment files but not "
+                f"<base offset, 20 digits>.log; no reader would see their records. Rename each to "
+                f"the offset of its first record, or move it out of the directory")
+        segments = sorted(int(name[:20]) for name in names if is_segment_name(name))
+        if not segments:
+            return
+        start = read_int_file(self.file_path(START_OFFSET_FILE)) or 0  # read after the listing
+        if segments[0] > start:
+            raise SegmentGapError(
+                f"{self._where_dir()}: the first segment file {segment_file_name(segments[0])} "
+                f"starts at offset {segments[0]} but the log starts at {start}: offsets {start} to "
+                f"{segments[0] - 1} are missing (a segment file was deleted or renamed)")
+        for base, following in zip(segments, [*segments[1:], None]):
+            if following is not None and following <= start:
+                continue  # wholly below the log start: deleted by the next retention pass
+            try:
+                fd = os.open(self.segment_path(base), os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # deleted by retention meanwhile
+            try:
+                self._verify_segment(fd, base, following)
+            finally:
+                os.close(fd)
+
+    def _verify_segment(self, fd: int, base: int, following: Optional[int]) -> None:
+        """One segment of verify_segments: `following` is the next segment's base, None
+        for the last (active) segment, of which only the first batch is checked."""
+        name = segment_file_name(base)
+        header = os.pread(fd, PEEK_SIZE, 0)
+        if len(header) >= PEEK_SIZE:
+            length, _crc, magic, flags, reserved, first, _pid, count = _unpack_header(header)
+            if first != base and header_is_valid(magic, flags, reserved, count, length):
+                raise SegmentGapError(
+                    f"{self._where_dir()}: segment file {name} holds records from offset {first}, "
+                    f"not from the offset its name says ({base}): a misnamed or stray segment file")
+        if following is None:
+            return
+        result = scan_segment(fd, 0, base, (self.index, (base, os.fstat(fd).st_ino)))
+        if result.problem is not None and result.problem is not BAD_CRC:
+            return  # damaged inside: readers raise there, after the records before it
+        end = result.offset
+        if result.problem is BAD_CRC:  # the last batch is damaged, but its extent is known
+            header = os.pread(fd, PEEK_SIZE, result.pos)
+            _length, _crc, _magic, flags, _reserved, _first, _pid, count = _unpack_header(header)
+            end += batch_span(header, 0, flags, count)
+        if end == following:
+            return
+        next_name = segment_file_name(following)
+        if end < following:
+            what = (f"offsets {end} to {following - 1} are missing (a segment file was deleted, "
+                    f"or {next_name} does not belong here)")
+        else:
+            what = f"they overlap on offsets {following} to {end - 1} ({next_name} does not belong here)"
+        raise SegmentGapError(
+            f"{self._where_dir()}: segment file {name} ends at offset {end} but the next segment "
+            f"file is {next_name}: {what}; refusing to read or append around the gap")
+
+    def _where_dir(self) -> str:
+        return f"{self.describe()}, directory {self.directory}"
+
     # ------------------------------------------------------------------ offsets
 
     def start_offset(self) -> int:
@@ -257,10 +343,17 @@ class PartitionLog:
             return offset
         try:
             result = scan_segment(fd, pos, offset, (self.index, (last, os.fstat(fd).st_ino)))
+            pos, offset = result.pos, result.offset
+            if result.problem is BAD_CRC:
+                # Committed but damaged: its offsets stay in the log (readers stop there
+                # with CorruptLogError, appends are refused), so the end does not shrink.
+                header = os.pread(fd, PEEK_SIZE, pos)
+                length, _crc, _magic, flags, _reserved, _base, _pid, count = _unpack_header(header)
+                pos, offset = pos + 4 + length, offset + batch_span(header, 0, flags, count)
         finally:
             os.close(fd)
-        self._scan_state = (last, result.pos, result.offset)
-        return result.offset
+        self._scan_state = (last, pos, offset)
+        return offset
 
     def offsets(self) -> PartitionOffsets:
         start = self.start_offset()
@@ -420,6 +513,11 @@ class PartitionLog:
 
     def _drop_torn_tail(self, result: _ScanResult) -> None:
         name = segment_file_name(self._base)
+        if result.problem is BAD_CRC:
+            raise CorruptLogError(
+                f"{self.describe(name, result.pos)}: CRC mismatch in the complete batch at offset "
+                f"{result.offset} ({result.size - result.pos} bytes, the last of the log): committed "
+                f"data is damaged, not a torn write; refusing to truncate it or to append after it")
         found = find_valid_batch(self._fd, result.pos, result.offset + 1)
         if found is not None:
             raise CorruptLogError(

@@ -15,6 +15,11 @@ re-finds its offset among the files of now when that file ends without a
 successor, or when it waits at a transaction whose marker the cleaner removed
 after rewriting its data.
 
+Damaged data (``CorruptLogError``: a complete batch failing its CRC, invalid bytes
+followed by valid data, a gap between segment files) is never skipped: read()
+returns the records before it, and the next read() raises, naming topic,
+partition, offset, file and byte position, as every read() at that place will.
+
 Whenever the reader looks for its offset (a seek, a re-find) and finds it below the
 log start, it goes on from the start and records the skipped range as lost
 (``take_lost``), unless it was told to read from the start. Records still in a file
@@ -36,7 +41,7 @@ from streamkit.broker.batch_format import (
     marker_is_commit, min_length)
 from streamkit.broker.batch_walker import BatchWalker, Outcomes
 from streamkit.broker.errors import (
-    CorruptLogError, EmbeddedBrokerError, UnknownTopicError)
+    CorruptLogError, EmbeddedBrokerError, SegmentGapError, UnknownTopicError)
 from streamkit.broker.segment_files import (
     BAD_CRC, BAD_HEADER, INCOMPLETE, INDEX_INTERVAL, READ_CHUNK, file_id, find_valid_batch,
     list_segments, segment_file_name)
@@ -48,6 +53,12 @@ _unpack_header = HEADER.unpack_from
 _unpack_span = struct.Struct("<I").unpack_from
 _crc32 = zlib.crc32
 _MAX_OUTCOMES = 4096  # learned outcomes kept before pruning those behind the reader
+
+
+def _base_offset_at(fd: int, pos: int) -> Optional[int]:
+    """The base offset field of the batch header at byte `pos`, None past the end."""
+    head = os.pread(fd, HEADER_SIZE, pos)
+    return _unpack_header(head)[5] if len(head) == HEADER_SIZE else None
 
 
 class _Blocked:
@@ -149,7 +160,12 @@ class PartitionReader:
             return out
         position = self.position
         while len(out) < max_records:
-            records = self._next_records()
+            try:
+                records = self._next_records()
+            except CorruptLogError:
+                if not out:
+                    raise
+                break  # deliver the records before the damage; the next read raises there
             if records is None:
                 break
             first = records[0][0]
@@ -241,6 +257,8 @@ class PartitionReader:
         pos, expected = index.floor(key, offset)
         due = index.next_due(key)
         fd = self._fd
+        if pos and _base_offset_at(fd, pos) != expected:
+            pos, expected = 0, base  # the file was changed in place: the index entry is stale
         size = os.fstat(fd).st_size
         chunk, chunk_pos, want = b"", pos, 2 * INDEX_INTERVAL  # enough from a nearby entry
         while pos + PEEK_SIZE <= size:  # walk batch headers up to the one holding `offset`
@@ -317,7 +335,11 @@ class PartitionReader:
                         if _crc32(memoryview(buf)[cur + CRC_START:end]) == crc:
                             if not flags & SPECIAL_FLAGS:
                                 return decode_records(buf, cur, base, count, flags)
-                            records = self._special(buf, cur, base, count, flags, pid)
+                            try:
+                                records = self._special(buf, cur, base, count, flags, pid)
+                            except CorruptLogError:
+                                self._cur, self._next = cur, base  # stay: raise here again
+                                raise
                             if records is None:
                                 continue
                             if records is not _BLOCKED:
@@ -407,6 +429,7 @@ class PartitionReader:
             if not os.path.exists(self._log.segment_path(self._next)):
                 if self._file_replaced():  # deleted by retention: find our offset again
                     return self._relocate(max(self._next, self.position))
+                self._check_gap()
                 return False
             self._refill(READ_CHUNK)  # sealed now: anything appended before the roll?
             if len(self._buf) > self._cur:
@@ -427,6 +450,34 @@ class PartitionReader:
             f"{self._log.describe(segment_file_name(self._segment), pos)}: {problem} at offset "
             f"{self._next} in a segment that is followed by a later segment")
 
+    def _check_gap(self) -> None:
+        """At the clean end of a segment that no segment continues: raise SegmentGapError if
+        a later segment exists (records between are missing), else this is the last one."""
+        segments = self._list_segments()
+        later = [base for base in segments if base > self._segment]
+        if not later or self._next in segments or self._file_replaced():
+            return  # the last segment, or a roll or a retention pass meanwhile: look again
+        raise SegmentGapError(
+            f"{self._log.describe(segment_file_name(self._segment))}: the segment ends at offset "
+            f"{self._next} but no segment file starts there; the next one is "
+            f"{segment_file_name(later[0])}: offsets {self._next} to {later[0] - 1} are missing "
+            f"(a segment file was deleted, or {segment_file_name(later[0])} does not belong here)")
+
+    def _complete_batch_fails_crc(self) -> Optional[int]:
+        """Size of the batch at the cursor if all its bytes are in the file and its CRC
+        fails (damaged committed data, never a torn write), else None."""
+        pos = self._buf_pos + self._cur
+        head = os.pread(self._fd, HEADER_SIZE, pos)
+        if len(head) < HEADER_SIZE:
+            return None
+        length, crc, magic, flags, reserved, base, _pid, count = _unpack_header(head)
+        if base != self._next or not header_is_valid(magic, flags, reserved, count, length):
+            return None
+        body = os.pread(self._fd, length - 4, pos + CRC_START)
+        if len(body) != length - 4 or _crc32(body) == crc:
+            return None
+        return 4 + length
+
     def _check_tail(self, problem: str) -> None:
         """Bad bytes at the end of the last segment: raise unless they are a torn tail.
 
@@ -445,6 +496,12 @@ class PartitionReader:
             if self._batch_at_cursor_is_valid():
                 return
             pos = self._buf_pos + self._cur
+            size = self._complete_batch_fails_crc()
+            if size is not None:
+                raise CorruptLogError(
+                    f"{self._log.describe(segment_file_name(self._segment), pos)}: {BAD_CRC} in the "
+                    f"complete batch at offset {self._next} ({size} bytes): committed data is "
+                    f"damaged (not a torn write)")
             found = find_valid_batch(self._fd, pos, self._next + 1)
             if found is not None:
                 raise CorruptLogError(

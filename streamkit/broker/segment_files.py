@@ -34,14 +34,25 @@ def segment_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}{SEGMENT_SUFFIX}"
 
 
+def is_segment_name(name: str) -> bool:
+    """Whether `name` is a well-formed segment file name: 20 digits, then ``.log``."""
+    return len(name) == 24 and name.endswith(SEGMENT_SUFFIX) and name[:20].isdigit()
+
+
 def list_segments(directory: str | os.PathLike) -> list[int]:
     """Base offsets of the segment files in `directory`, ascending ([] if none)."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    return sorted(int(name[:20]) for name in names
-                  if len(name) == 24 and name.endswith(SEGMENT_SUFFIX) and name[:20].isdigit())
+    return sorted(int(name[:20]) for name in names if is_segment_name(name))
+
+
+def misnamed_segments(names: list[str]) -> list[str]:
+    """The names among `names` that look like segment files (``*.log``) but are not
+    well-formed: a reader would never find the records in them."""
+    return sorted(name for name in names if name.endswith(SEGMENT_SUFFIX)
+                  and not name.startswith(TEMP_PREFIX) and not is_segment_name(name))
 
 
 def read_int_file(path: str) -> Optional[int]:

@@ -9,7 +9,7 @@ from ..base import (Admin, Consumer, FetchedBatch, GroupPlan, Membership, Outgoi
                     TopicPartition, Transport)
 from ...errors import TaskMigratedError
 from ...broker.broker import EmbeddedBroker
-from ...broker.errors import ProducerFencedError
+from ...broker.errors import CorruptLogError, ProducerFencedError
 
 Admin.register(EmbeddedBroker)  # the broker implements the Admin interface without importing it
 
@@ -65,7 +65,12 @@ class EmbeddedConsumer(Consumer):
         while True:
             out = []
             for tp, reader in self._readers.items():
-                records = reader.read(MAX_RECORDS_PER_FETCH)
+                try:
+                    records = reader.read(MAX_RECORDS_PER_FETCH)
+                except CorruptLogError:
+                    if out:
+                        break  # deliver what was read; the damaged reader raises again next fetch
+                    raise
                 if records:
                     out.append(FetchedBatch(tp.topic, tp.partition, records))
             if out:
