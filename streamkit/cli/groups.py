@@ -44,9 +44,11 @@ def describe(group: str, broker: Optional[str]) -> None:
             end = transport.admin.partition_offsets(tp.topic, tp.partition).end
             rows.append((tp.topic, str(tp.partition), str(committed[tp]), str(end), str(max(end - committed[tp], 0))))
         header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG")
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
         for row in [header, *rows]:
             click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if not rows:
+            click.echo(f"group '{group}' has no committed offsets (yet)", err=True)
 
 
 @groups.command("reset-offsets")

@@ -95,7 +95,7 @@ def _show(evaluation: GroupLag, interval: float, as_json: bool, *, when: Optiona
     header = ("TOPIC", "PARTITION", "STATUS", "OFFSET-START", "OFFSET-END", "LAG-START", "LAG-END")
     rows = [(p.topic, str(p.partition), p.status.name, str(p.start.committed), str(p.end.committed),
              str(p.start.lag), str(p.end.lag)) for p in evaluation.partitions]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
     for row in [header, *rows]:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     if when is not None:

@@ -80,3 +80,29 @@ def test_consume_with_a_group_says_which_deleted_records_it_skipped(cli, broker_
     assert [json.loads(line)["offset"] for line in rest.stdout.splitlines()] == list(range(500, 600))
     assert "t[0]: 499 record(s) at offsets 1 to 499 were deleted" in rest.stderr
     assert "consumed 100 record(s), 499 record(s) deleted before they were read" in rest.stderr
+
+
+POISONED_APP = textwrap.dedent("""
+    import streamkit as sk
+    app = sk.App("poisoned", deserialization_error_handler="fail")
+    src = app.topic("json-events", partitions=1, value_serde=sk.serdes.Json())
+
+    @app.topology
+    def build(b):
+        b.stream(src).to("json-copied")
+""")
+
+
+def test_a_group_that_never_committed_is_described_without_a_traceback(cli, tmp_path):
+    """A worker stopped on a poison record at offset 0 leaves its group with no committed
+    offset: `groups describe` and `lag` say so instead of crashing."""
+    (tmp_path / "poisoned_app.py").write_text(POISONED_APP)
+    cli("topics", "create", "json-events", "--partitions", "1")
+    cli("produce", "json-events", "--format", "text", stdin="not json\n")
+    stopped = cli("worker", "poisoned_app", "--until-idle", "2", cwd=tmp_path)
+    assert stopped.returncode != 0 and "offset 0" in stopped.stderr
+    for command in (("groups", "describe", "poisoned"), ("lag", "poisoned")):
+        shown = cli(*command)
+        assert "Traceback" not in shown.stderr, shown.stderr
+        assert shown.returncode in (0, 1), shown.stderr
+        assert "poisoned" in shown.stdout + shown.stderr
