@@ -161,6 +161,8 @@ class BatchWalker:
         later = [base for base in segments if base > self._segment]
         if not later or self.offset in segments or not os.fstat(self._fd).st_nlink:
             return  # the last segment, or a roll or a retention pass meanwhile
+        if os.fstat(self._fd).st_size > self._pos:
+            return  # appended to after our last read, then rolled: read on, no gap
         raise SegmentGapError(
             f"{self._log.describe(segment_file_name(self._segment))}: the segment ends at offset "
             f"{self.offset} but no segment file starts there; the next one is "

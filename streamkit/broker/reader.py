@@ -457,6 +457,10 @@ class PartitionReader:
         later = [base for base in segments if base > self._segment]
         if not later or self._next in segments or self._file_replaced():
             return  # the last segment, or a roll or a retention pass meanwhile: look again
+        if os.fstat(self._fd).st_size > self._buf_pos + len(self._buf):
+            # The writer appended to this segment after our last read, then rolled: the later
+            # segment was listed after those appends, so the file's size now shows them.
+            return
         raise SegmentGapError(
             f"{self._log.describe(segment_file_name(self._segment))}: the segment ends at offset "
             f"{self._next} but no segment file starts there; the next one is "
