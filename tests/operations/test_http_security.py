@@ -29,7 +29,6 @@ from .test_http_endpoints import USERS, produce
 from .workers_over_http import WorkerLog, wait_for
 
 APP = "tests.operations.http_app"
-SERVES = re.compile(r"serves HTTP at (https?://\S+)")
 STORE_PATH = "/stores/clicks-per-user/user-3"
 
 
@@ -46,15 +45,8 @@ class SecuredWorker(WorkerLog):
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=full_env))
 
     def https_url(self, timeout: float = 60.0) -> str:
-        def found() -> Optional[str]:
-            for line in list(self.lines):
-                match = SERVES.search(line)
-                if match:
-                    return match.group(1)
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the worker exited {self.proc.returncode}:\n{''.join(self.lines)[-3000:]}")
-            return None
-        return wait_for(found, timeout, "the worker's HTTP address")
+        """The worker's address (``https://`` when it serves TLS), from its log line."""
+        return self.url(timeout)
 
     def log(self) -> str:
         return "".join(self.lines)

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-SERVES = re.compile(r"serves HTTP at (http://\S+)")
+SERVES = re.compile(r"serves HTTP at (https?://\S+)")
 
 
 class WorkerLog:
