@@ -94,6 +94,7 @@ class PartitionReader:
         self._located = False
         self._closed = False
         self._segments: list[int] = []  # base offsets, refreshed when they may be stale
+        self._gap_checked_at: Optional[int] = None  # directory mtime of the last gap check that found none
         self._directory_id = file_id(self._directory)  # tells a recreated topic apart
         self._outcomes: Outcomes = {}  # transaction outcomes learned from markers
         self._walker: Optional[BatchWalker] = None  # look-ahead for unknown outcomes
@@ -452,11 +453,19 @@ class PartitionReader:
 
     def _check_gap(self) -> None:
         """At the clean end of a segment that no segment continues: raise SegmentGapError if
-        a later segment exists (records between are missing), else this is the last one."""
+        a later segment exists (records between are missing), else this is the last one.
+        A tailing reader comes here at every read: the directory is listed again only once
+        its files changed (a roll is found by name before this, so this is the gap check alone)."""
+        changed = os.stat(self._directory).st_mtime_ns
+        if changed == self._gap_checked_at:
+            return
         segments = self._list_segments()
         later = [base for base in segments if base > self._segment]
-        if not later or self._next in segments or self._file_replaced():
-            return  # the last segment, or a roll or a retention pass meanwhile: look again
+        if not later:
+            self._gap_checked_at = changed
+            return  # the last segment
+        if self._next in segments or self._file_replaced():
+            return  # a roll or a retention pass meanwhile: look again
         if os.fstat(self._fd).st_size > self._buf_pos + len(self._buf):
             # The writer appended to this segment after our last read, then rolled: the later
             # segment was listed after those appends, so the file's size now shows them.
