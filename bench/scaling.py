@@ -154,20 +154,23 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--reps", type=int, default=3, help="runs of each, interleaved; the median counts")
     parser.add_argument("--kafka", action="store_true", help="on a Kafka-protocol broker (bench.scaling_kafka) "
                         "instead of the embedded broker")
-    parser.add_argument("--broker", metavar="HOST:PORT", help="with --kafka: this broker (default: a fresh Tansu)")
+    parser.add_argument("--broker", metavar="HOST:PORT", help="with --kafka: this broker; 'tansu': a fresh Tansu "
+                        "(default: a fresh Apache Kafka)")
     args = parser.parse_args(argv)
     events = make_events(args.events)
     results: Dict[str, List[dict]] = {}
     broker = None
     if args.kafka:
         from bench import scaling_kafka
-        from bench.kafka_throughput import open_broker
+        from bench.kafka_throughput import broker_description, open_broker
 
         broker = open_broker(args.broker)
-        where = f"Kafka at {args.broker}" if args.broker else f"Tansu at {broker.bootstrap} (same machine)"
+        where = f"{broker_description(args.broker, 'started by the bench')} at {broker.bootstrap}"
 
         def run(scenario: str, workers: int) -> dict:
-            process = getattr(broker, "process", None)  # a Tansu this benchmark started
+            # the broker process this benchmark started (Tansu, or Apache Kafka's one node), for its CPU share
+            cluster = getattr(broker, "cluster", None)
+            process = cluster.nodes[0].process if cluster is not None else getattr(broker, "process", None)
             return scaling_kafka.run_once(scenario, broker.bootstrap, events, args.partitions, workers,
                                           broker_pid=process.pid if process is not None else None)
     else:

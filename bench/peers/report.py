@@ -8,18 +8,26 @@ from typing import Dict, List, Optional, Tuple
 
 from bench.peers.workload import SCENARIOS
 
-COLUMNS = ("streamkit", "streamkit-rdkafka", "streamkit-cached", "embedded", "embedded-cached", "raw", "faust",
-           "quix")
+COLUMNS = ("streamkit", "streamkit-rdkafka", "streamkit-cached", "embedded", "embedded-cached", "raw",
+           "kafka-streams", "kafka-streams-cached", "faust", "quix")
 LABELS = {"streamkit": "streamkit", "streamkit-rdkafka": "streamkit librdkafka",
           "streamkit-cached": "streamkit (caching)", "embedded": "streamkit embedded",
           "embedded-cached": "embedded (caching)", "raw": "aiokafka limit", "faust": "faust-streaming",
-          "quix": "Quix Streams"}
+          "quix": "Quix Streams", "kafka-streams": "Kafka Streams", "kafka-streams-cached": "Kafka Streams (caching)"}
 Results = Dict[str, Dict[str, dict]]  # scenario -> column -> figures or {"skipped": reason}
 
 
 def rate(results: Results, scenario: str, column: str) -> Optional[float]:
     figures = results.get(scenario, {}).get(column, {})
     return figures.get("events_per_second")
+
+
+def per_core_ratio(results: Results, scenario: str, a: str, b: str) -> Optional[float]:
+    """How many more events ``a`` processes per CPU second than ``b`` (``b``'s CPU per event
+    over ``a``'s), or None when either was not measured."""
+    x = results.get(scenario, {}).get(a, {}).get("cpu_us_per_event")
+    y = results.get(scenario, {}).get(b, {}).get("cpu_us_per_event")
+    return y / x if x and y else None
 
 
 def judge_floors(results: Results, latency: Dict[str, dict]) -> List[dict]:
@@ -33,6 +41,13 @@ def judge_floors(results: Results, latency: Dict[str, dict]) -> List[dict]:
     def ratio(scenario: str, a: str, b: str) -> Optional[float]:
         x, y = rate(results, scenario, a), rate(results, scenario, b)
         return x / y if x is not None and y else None
+
+    add("S1: streamkit >= 1.2x the aiokafka loop", ratio("S1", "streamkit", "raw"), 1.2)
+    for s in ("S2", "S3"):
+        add(f"{s}: streamkit >= 0.9x the aiokafka loop", ratio(s, "streamkit", "raw"), 0.9)
+    for s in ("S1", "S2", "S3"):
+        add(f"{s}: streamkit >= 1.0x Kafka Streams per core (events per CPU second)",
+            per_core_ratio(results, s, "streamkit", "kafka-streams"), 1.0)
 
     for s in ("S1", "S2", "S3"):
         add(f"{s}: streamkit >= 10x faust-streaming", ratio(s, "streamkit", "faust"), 10)
@@ -86,10 +101,14 @@ def print_table(header: str, results: Results, latency: Dict[str, dict], restore
         parts = []
         for a, b in (("streamkit", "raw"), ("streamkit", "faust"), ("streamkit", "quix"),
                      ("streamkit-rdkafka", "streamkit"), ("streamkit-rdkafka", "quix"),
-                     ("streamkit-cached", "quix"), ("embedded", "streamkit")):
+                     ("streamkit-cached", "quix"), ("embedded", "streamkit"), ("streamkit", "kafka-streams"),
+                     ("streamkit-cached", "kafka-streams-cached")):
             x, y = rate(results, name, a), rate(results, name, b)
             if x is not None and y:
                 parts.append(f"{LABELS[a]} / {LABELS[b]} {x / y:.2f}")
+        per_core = per_core_ratio(results, name, "streamkit", "kafka-streams")
+        if per_core is not None:
+            parts.append(f"streamkit / Kafka Streams per CPU second {per_core:.2f}")
         if parts:
             print(f"    {name}: " + "; ".join(parts))
     if latency:

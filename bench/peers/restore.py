@@ -431,7 +431,8 @@ def measure(bootstrap: Optional[str] = None, records: int = 1_000_000,
             verbose: bool = False) -> dict:
     """Verified restore figures per framework (``embedded`` too when streamkit is asked for):
     ``{"seconds", "records_per_second", "peak_rss_mib", "verified": True, ...}`` of the median of
-    ``reps`` runs. Starts a fresh Tansu when ``bootstrap`` is None. Raises
+    ``reps`` runs. Starts a fresh Apache Kafka when ``bootstrap`` is None (a Tansu for
+    ``"tansu"``; :func:`bench.kafka_throughput.open_broker`). Raises
     :class:`VerificationError` when a framework's restored store (or its changelog format) is wrong."""
     unknown = set(frameworks) - set(FRAMEWORKS) - {"embedded"}
     if unknown:
@@ -439,12 +440,11 @@ def measure(bootstrap: Optional[str] = None, records: int = 1_000_000,
     results: Dict[str, dict] = {}
     kafka = [f for f in FRAMEWORKS if f in frameworks]
     broker = None
-    if kafka and bootstrap is None:
-        from tests.kafka.broker import start_tansu
+    if kafka and (bootstrap is None or bootstrap == "tansu"):
+        from bench.kafka_throughput import open_broker
 
-        broker = start_tansu()
+        broker = open_broker(bootstrap)
         bootstrap = broker.bootstrap
-        log.info("started Tansu (memory storage) on %s", bootstrap)
     try:
         for framework in kafka:
             assert bootstrap is not None
@@ -748,7 +748,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         return
     parser = argparse.ArgumentParser(prog="python -m bench.peers.restore", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--broker", metavar="HOST:PORT", help="use this broker (default: start a Tansu)")
+    parser.add_argument("--broker", metavar="HOST:PORT", help="use this broker; 'tansu': start a Tansu "
+                        "(default: start an Apache Kafka)")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), metavar="NAME[,NAME...]",
                         help=f"of {', '.join(FRAMEWORKS)}, embedded (streamkit implies embedded)")
@@ -762,7 +763,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
     results = measure(args.broker, args.records, frameworks, reps=args.reps, check_formats=not args.no_format_check,
                       verbose=args.verbose)
-    broker = f"broker {args.broker}" if args.broker else "Tansu (memory://), started by the bench"
+    from bench.kafka_throughput import broker_description
+
+    broker = broker_description(args.broker, "started by the bench")
     print_table(results, args.records, broker, args.reps)
     if args.json:
         with open(args.json, "w") as f:

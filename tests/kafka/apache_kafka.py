@@ -349,6 +349,7 @@ def start_apache_kafka(nodes: int = 1, *, directory: Optional[Union[str, Path]] 
                        external_ports: Optional[Sequence[int]] = None,
                        config: Optional[Mapping[str, str]] = None,
                        proxied: bool = False,
+                       heap: str = "384m",
                        ready_timeout: float = 90.0) -> ApacheKafkaCluster:
     """Format and start ``nodes`` Apache Kafka nodes; return once all serve metadata.
 
@@ -358,7 +359,7 @@ def start_apache_kafka(nodes: int = 1, *, directory: Optional[Union[str, Path]] 
     (a proxy's port); free ports by default. ``config`` overrides broker settings.
     ``proxied``: each node also gets a plaintext ``PROXIED`` listener behind a
     :class:`FaultProxy` (:attr:`ApacheKafkaCluster.proxies`, ``.proxied_bootstrap``);
-    ``cluster.stop()`` closes the proxies.
+    ``cluster.stop()`` closes the proxies. ``heap``: each node's JVM heap limit (``-Xmx``).
     Logs: ``<directory>/node-<id>/server.log``.
     """
     if scram_users is not None and certs is None:
@@ -384,7 +385,7 @@ def start_apache_kafka(nodes: int = 1, *, directory: Optional[Union[str, Path]] 
                                      proxied_port=proxied_port,
                                      proxy=FaultProxy((HOST, proxied_port)) if proxied_port else None))
         cluster = ApacheKafkaCluster(libs=libs, directory=root, nodes=members, security_protocol=protocol,
-                                     certs=certs, extra_config=dict(config or {}))
+                                     certs=certs, extra_config=dict(config or {}), heap=heap)
         cluster._owns_directory = owns
         try:
             cluster.format(users)

@@ -1,0 +1,92 @@
+"""Kafka Streams 4.1 itself: the scenarios as a Kafka Streams user writes them
+(``bench/peers/kafka_streams/KafkaStreamsPeer.java``: one stream thread, Kafka Streams'
+default RocksDB stores, ``exactly_once_v2`` for S5, the record cache off unless the column
+is ``kafka-streams-cached``), in a JVM of its own.
+
+The jars are Kafka Streams' own from Maven Central (``scripts/ensure-kafka-streams``, the
+same as the differential suite's); the program is compiled once per source version into
+``~/.cache/streamkit/bench-kafka-streams-<hash>``. The JVM times itself the way
+``bench.peers.probe`` times the Python frameworks (first records handed out by its main
+consumer to the group's committed offsets covering every input record) and reports its own
+CPU time and peak RSS, which this child process passes on unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from bench.peers.frameworks import transactions_missing
+from bench.peers.probe import Probe
+from bench.peers.workload import Scenario
+
+NAME = "Kafka Streams"
+KAFKA_STREAMS_VERSION = "4.1.1"
+HEAP = "1g"
+"""The JVM's heap limit (-Xmx); Kafka Streams' RocksDB memory is off-heap and not limited by it."""
+
+_ROOT = Path(__file__).resolve().parents[3]
+_SOURCE = _ROOT / "bench" / "peers" / "kafka_streams" / "KafkaStreamsPeer.java"
+_ENSURE = _ROOT / "scripts" / "ensure-kafka-streams"
+JVM_TIMEOUT_S = 900.0
+
+
+def java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    return str(Path(home) / "bin" / "java") if home and (Path(home) / "bin" / "java").exists() else "java"
+
+
+def libs() -> Path:
+    """Kafka Streams' jars, fetched from Maven Central by the project's set-up script if needed."""
+    done = subprocess.run([str(_ENSURE)], check=True, capture_output=True, text=True, timeout=900)
+    folder = Path(done.stdout.strip().splitlines()[-1])
+    if not (folder / f"kafka-streams-{KAFKA_STREAMS_VERSION}.jar").exists():
+        raise RuntimeError(f"scripts/ensure-kafka-streams left no kafka-streams jar in {folder}")
+    return folder
+
+
+def compiled(jars: Path) -> Path:
+    """The folder of the compiled peer, compiling it when its source changed."""
+    digest = hashlib.sha256(_SOURCE.read_bytes() + KAFKA_STREAMS_VERSION.encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamkit"
+    target = cache / f"bench-kafka-streams-{digest}"
+    if (target / "KafkaStreamsPeer.class").exists():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"bench-kafka-streams-{digest}-", dir=cache))
+    done = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", f"{jars}/*", "-d", str(staging),
+                           str(_SOURCE)], capture_output=True, text=True)
+    if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RuntimeError(f"javac failed on {_SOURCE}:\n{done.stderr}")
+    try:
+        staging.rename(target)
+    except OSError:  # compiled by another process meanwhile
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def version() -> str:
+    return f"kafka-streams {KAFKA_STREAMS_VERSION} (JVM, RocksDB stores, one stream thread)"
+
+
+def unsupported(scenario: Scenario, transactions: bool) -> Optional[str]:
+    if shutil.which("javac") is None:
+        return "skipped: no javac on PATH (scripts/ensure-java installs a JDK)"
+    return transactions_missing(scenario, transactions)
+
+
+def run(spec: dict, probe: Probe) -> None:
+    jars = libs()
+    classes = compiled(jars)
+    command = [java(), f"-Xmx{HEAP}", "-cp", f"{classes}{os.pathsep}{jars}/*", "KafkaStreamsPeer",
+               json.dumps(spec)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=JVM_TIMEOUT_S)
+    if done.returncode != 0 or not done.stdout.strip():
+        raise RuntimeError(f"Kafka Streams exited {done.returncode}:\n{done.stderr[-3000:]}")
+    probe.measured_elsewhere(json.loads(done.stdout.strip().splitlines()[-1]))
