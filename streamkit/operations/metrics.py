@@ -13,7 +13,7 @@ takes it over (Prometheus' ``rate()`` handles the reset).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -43,12 +43,15 @@ TASK_COUNTERS: Tuple[Tuple[str, str, str], ...] = (
 class WorkerCollector(Collector):
     """Metric families of one worker (see the module docstring). ``lag`` is a mapping
     of input partition to records behind, refreshed by the caller (reading end offsets
-    is I/O, kept out of the scrape)."""
+    is I/O, kept out of the scrape); ``loop_blocked_for`` gives the seconds since the
+    worker's event loop last stamped its heartbeat (None: not measured)."""
 
-    def __init__(self, worker: Any, lag: Mapping[TopicPartition, int]) -> None:
+    def __init__(self, worker: Any, lag: Mapping[TopicPartition, int],
+                 loop_blocked_for: Optional[Callable[[], Optional[float]]] = None) -> None:
         self._worker = worker
         self._lag = lag
         self._app = worker.app_id
+        self._loop_blocked_for = loop_blocked_for
 
     def collect(self) -> Iterator[Metric]:
         worker, app = self._worker, self._app
@@ -119,6 +122,13 @@ class WorkerCollector(Collector):
                                  labels=["app"])
         tick.add_metric([app], -1 if since is None else since)
         yield tick
+        blocked = self._loop_blocked_for() if self._loop_blocked_for is not None else None
+        if blocked is not None:
+            heartbeat = GaugeMetricFamily("streamkit_event_loop_seconds_since_heartbeat",
+                                          "Seconds since the worker's event loop last stamped its heartbeat "
+                                          "(grows while code blocks the loop).", labels=["app"])
+            heartbeat.add_metric([app], blocked)
+            yield heartbeat
 
     def _task_counters(self, tasks: Mapping[str, Any]) -> Iterable[Metric]:
         for field, name, help_text in TASK_COUNTERS:
@@ -149,11 +159,12 @@ def _bound(value: float) -> str:
     return repr(float(value))
 
 
-def worker_registry(worker: Any, lag: Mapping[TopicPartition, int]) -> CollectorRegistry:
+def worker_registry(worker: Any, lag: Mapping[TopicPartition, int],
+                    loop_blocked_for: Optional[Callable[[], Optional[float]]] = None) -> CollectorRegistry:
     """A registry of this worker's metrics plus the process's (CPU, memory, open files)
     and the Python platform's."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(WorkerCollector(worker, lag))
+    registry.register(WorkerCollector(worker, lag, loop_blocked_for))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return registry

@@ -51,6 +51,21 @@ class SerializedKeyValueStore(KeyValueStore):
                 break
             yield kdes(raw_key), vdes(raw_value)
 
+    def seek(self, start: Optional[bytes] = None, *, exclusive: bool = False,
+             prefix: bytes = b"") -> Iterator[Tuple[bytes, Any, Any]]:
+        """``(key bytes, key, value)`` in key-byte order from one seek: from ``start``
+        (left out with ``exclusive``; None: from ``prefix``), only keys starting with
+        ``prefix``, stopping at the first key past it. Lazy: each entry taken costs one
+        iterator step, so a page of N entries reads N (+1) entries whatever the store holds."""
+        lo = prefix if start is None or start < prefix else start
+        kdes, vdes = self._kdes, self._vdes
+        for raw_key, raw_value in self.inner.range(lo or None, None):
+            if not raw_key.startswith(prefix):
+                return
+            if exclusive and raw_key == start:
+                continue
+            yield raw_key, kdes(raw_key), vdes(raw_value)
+
     def approximate_num_entries(self) -> int:
         return self.inner.approximate_len()
 
