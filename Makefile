@@ -21,8 +21,13 @@ install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(BIN)/streamkit demo
+	@echo "streamkit is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH"
 
-setup-spark: $(VENV)/.installed-test
+$(VENV)/.installed-spark: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[spark]'
+	touch $@
+
+setup-spark: $(VENV)/.installed-spark
 	scripts/ensure-java
 	scripts/ensure-spark-kafka
 
