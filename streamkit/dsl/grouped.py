@@ -50,6 +50,16 @@ class GroupedStream(_Grouped):
         from .windowed_streams import windowed_by
         return windowed_by(self._draft, self._parent, self._key_serde, self._value_serde, windows)
 
+    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]):
+        """Start a cogrouped aggregation (Kafka Streams' ``cogroup``): this stream's records are
+        folded with ``aggregator(key, value, aggregate)``; add more grouped streams with
+        ``.cogroup(other, other_aggregator)``, then ``.aggregate(initializer)`` (or
+        ``.windowed_by(windows).aggregate(...)``). All inputs update one aggregate per key."""
+        from .cogrouped import CogroupedStream
+
+        check_callable(aggregator, "cogroup aggregator", ("key", "value", "aggregate"), self._parent)
+        return CogroupedStream(self._draft, [(self, aggregator)])
+
     def count(self, *, name: Optional[str] = None, changelog: bool = True) -> Table:
         """Count records per key. ``name`` names the node and its store; ``changelog=False``
         keeps the store local (rebuilt from the input when lost)."""

@@ -98,17 +98,16 @@ class SuppressionBuffer:
 
     def put(self, key: bytes, due: int, timestamp: int, new: Optional[bytes], old: Optional[bytes]) -> None:
         """Hold back ``new`` for ``key``. A key already held keeps its due time and its
-        ``old`` (the value downstream last saw; the ``old`` given is then ignored); a key
-        whose update cancels out (no value before, none now) is dropped from the buffer."""
+        ``old`` (the value downstream last saw; the ``old`` given is then ignored). An update
+        that cancels out (no value before, none now) is not held for a key not held; a held
+        key keeps its entry and due time (a later update does not restart its time limit),
+        and nothing is emitted for it unless a value comes before it is due."""
         index = self._due if self._due is not None else self._index()
         stored_key = _ENTRY + key
         held_due = index.get(key)
         if held_due is not None:
             due, _ts, _new, old = _decode(self.inner.get(stored_key))  # type: ignore[arg-type]
-        if new is None and old is None:
-            if held_due is not None:
-                self.inner.delete(stored_key)
-                self._untrack(key)
+        elif new is None and old is None:
             return
         raw = _encode(due, timestamp, new, old)
         self.inner.put(stored_key, raw)
@@ -141,7 +140,8 @@ class SuppressionBuffer:
         _due, timestamp, new, old = _decode(self.inner.get(stored_key))  # type: ignore[arg-type]
         self.inner.delete(stored_key)
         self._untrack(key)
-        emit(key, new, old, timestamp)
+        if new is not None or old is not None:  # an update that cancelled out changes nothing downstream
+            emit(key, new, old, timestamp)
 
     # -- stream time --------------------------------------------------------------------
 

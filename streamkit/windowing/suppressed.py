@@ -37,8 +37,9 @@ class Suppressed:
       final value, when the window closes (stream time >= end + grace). The buffer
       is strict: when it would exceed ``max_records``/``max_bytes`` the task fails
       rather than emit a result that is not final.
-    - :meth:`until_time_limit`: forward a key's latest value once ``time_limit`` of
-      stream time has passed since its first held-back update (rate limiting). When
+    - :meth:`until_time_limit`: forward a key's latest value once stream time reaches
+      the timestamp of its first held-back update plus ``time_limit`` (rate limiting,
+      as Kafka Streams: an update already that far behind stream time goes out at once). When
       the buffer is full, the oldest keys are forwarded early.
     """
 

@@ -16,6 +16,10 @@
 //   "join-store-one-ms-longer"     stream-stream join stores keep one ms more than they report
 //   "session-store-one-ms-longer"  session stores keep one ms more than gap + grace
 //   "sliding-store-two-ms-longer"  sliding-window stores keep two ms more than 2 * difference + grace
+//   "cogroup-one-stream-time"      a windowed cogroup built as one windowed aggregation of the inputs
+//                                  merged (one processor, so one stream time for all inputs)
+//   "absent-tombstones-dropped"    a tombstone for a key without a value in its topic is not piped
+//                                  (as if a table source dropped it; it still counts as a cause)
 // Stores are in-memory, the record cache is off (every update is forwarded), and the outer join's
 // wall-clock throttle is off (the driver's wall clock never moves).
 import com.fasterxml.jackson.databind.JsonNode;
@@ -33,7 +37,12 @@ import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.TopologyConfig;
 import org.apache.kafka.streams.TopologyTestDriver;
+import org.apache.kafka.streams.kstream.Aggregator;
+import org.apache.kafka.streams.kstream.Branched;
+import org.apache.kafka.streams.kstream.CogroupedKStream;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.GlobalKTable;
+import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KGroupedStream;
@@ -102,6 +111,18 @@ public final class KafkaStreamsReference {
     static String pair(String left, String right) {
         return (left == null ? "~" : left) + "&" + (right == null ? "~" : right);
     }
+
+    static String doubled(String value) {
+        return value == null ? null : value.substring(0, value.indexOf(':')) + ":" + (2 * amount(value));
+    }
+
+    static String lastThree(String aggregate, String value) {
+        String joined = (aggregate == null ? "~" : aggregate) + "|" + (value == null ? "~" : value);
+        String[] parts = joined.split("\\|", -1);
+        return String.join("|", java.util.Arrays.copyOfRange(parts, Math.max(0, parts.length - 3), parts.length));
+    }
+
+    static final long[] COGROUP_WEIGHTS = {1, 100, 10000};
 
     static String text(Object value) {
         return value == null ? null : value.toString();
@@ -173,7 +194,12 @@ public final class KafkaStreamsReference {
 
     private static KTable<Windowed<String>, ?> windowedAggregation(StreamsBuilder builder, JsonNode params,
                                                                   Set<String> counterfactual) {
-        KGroupedStream<String, String> grouped = builder.stream("in", STRINGS).groupByKey();
+        return windowedAggregation(builder.stream("in", STRINGS).groupByKey(), params, counterfactual);
+    }
+
+    /** count, reduce (sum of amounts as text) or aggregate (sum) of a grouped stream per window. */
+    private static KTable<Windowed<String>, ?> windowedAggregation(KGroupedStream<String, String> grouped,
+                                                                  JsonNode params, Set<String> counterfactual) {
         String op = params.get("op").asText();
         String kind = params.get("window").asText();
         if (kind.equals("session")) {
@@ -208,6 +234,37 @@ public final class KafkaStreamsReference {
                 return windowed.aggregate(() -> 0L, (k, v, total) -> total + amount(v),
                         windowStore(params, counterfactual, Serdes.Long()));
         }
+    }
+
+    private static TimeWindows timeWindows(JsonNode params) {
+        TimeWindows windows = TimeWindows.ofSizeAndGrace(millis(params, "size"), millis(params, "grace"));
+        return params.get("window").asText().equals("hopping") ? windows.advanceBy(millis(params, "advance")) : windows;
+    }
+
+    /** The windowed cogroup as one windowed aggregation of the inputs merged (their values tagged
+     *  with the input), each value folded with its input's aggregator: one processor, so one stream
+     *  time for all inputs ("cogroup-one-stream-time"). */
+    private static KTable<Windowed<String>, Long> cogroupAsOneAggregation(StreamsBuilder builder, JsonNode params,
+                                                                        Set<String> counterfactual) {
+        KStream<String, String> merged = null;
+        for (int n = 0; n < params.get("inputs").asInt(); n++) {
+            KStream<String, String> stream = builder.stream("in" + (n + 1), STRINGS);
+            if (n == 1 && params.get("regroup").asBoolean()) {
+                stream = stream.selectKey((k, v) -> group(v));
+            }
+            final int input = n;
+            KStream<String, String> tagged = stream.mapValues(v -> input + (v == null ? "N" : "V" + v));
+            merged = merged == null ? tagged : merged.merge(tagged);
+        }
+        Aggregator<String, String, Long> dispatch = (k, tagged, total) -> total
+                + COGROUP_WEIGHTS[tagged.charAt(0) - '0'] * amount(tagged.charAt(1) == 'N' ? null : tagged.substring(2));
+        KGroupedStream<String, String> grouped = merged.groupByKey(Grouped.with(Serdes.String(), Serdes.String()));
+        if (params.get("window").asText().equals("session")) {
+            return grouped.windowedBy(SessionWindows.ofInactivityGapAndGrace(millis(params, "gap"), millis(params, "grace")))
+                    .aggregate(() -> 0L, dispatch, (k, a, b) -> a + b, sessionStore(params, counterfactual, Serdes.Long()));
+        }
+        return grouped.windowedBy(timeWindows(params)).aggregate(() -> 0L, dispatch,
+                Materialized.<String, Long, WindowStore<Bytes, byte[]>>with(Serdes.String(), Serdes.Long()));
     }
 
     @SuppressWarnings({"unchecked", "rawtypes"})
@@ -294,6 +351,129 @@ public final class KafkaStreamsReference {
                 }
                 return;
             }
+            case "global_table_join": {
+                KStream<String, String> left = builder.stream("left", STRINGS);
+                GlobalKTable<String, String> right = builder.globalTable("right", STRINGS);
+                toOut(params.get("how").asText().equals("inner")
+                        ? left.join(right, (k, v) -> group(v), KafkaStreamsReference::pair)
+                        : left.leftJoin(right, (k, v) -> group(v), KafkaStreamsReference::pair));
+                return;
+            }
+            case "cogroup": {
+                if (counterfactual.contains("cogroup-one-stream-time") && !params.get("window").asText().equals("none")) {
+                    windowedToOut(cogroupAsOneAggregation(builder, params, counterfactual));
+                    return;
+                }
+                CogroupedKStream<String, Long> cogrouped = null;
+                for (int n = 0; n < params.get("inputs").asInt(); n++) {
+                    KStream<String, String> stream = builder.stream("in" + (n + 1), STRINGS);
+                    KGroupedStream<String, String> grouped = n == 1 && params.get("regroup").asBoolean()
+                            ? stream.groupBy((k, v) -> group(v), Grouped.with(Serdes.String(), Serdes.String()))
+                            : stream.groupByKey();
+                    long weight = COGROUP_WEIGHTS[n];
+                    Aggregator<String, String, Long> aggregator = (k, v, total) -> total + weight * amount(v);
+                    cogrouped = cogrouped == null ? grouped.cogroup(aggregator) : cogrouped.cogroup(grouped, aggregator);
+                }
+                String window = params.get("window").asText();
+                if (window.equals("none")) {
+                    tableToOut(cogrouped.aggregate(() -> 0L,
+                            Materialized.<String, Long, KeyValueStore<Bytes, byte[]>>with(Serdes.String(), Serdes.Long())));
+                } else if (window.equals("session")) {
+                    windowedToOut(cogrouped.windowedBy(
+                            SessionWindows.ofInactivityGapAndGrace(millis(params, "gap"), millis(params, "grace")))
+                            .aggregate(() -> 0L, (k, a, b) -> a + b, sessionStore(params, counterfactual, Serdes.Long())));
+                } else {
+                    windowedToOut(cogrouped.windowedBy(timeWindows(params)).aggregate(() -> 0L,
+                            Materialized.<String, Long, WindowStore<Bytes, byte[]>>with(Serdes.String(), Serdes.Long())));
+                }
+                return;
+            }
+            case "branch_merge": {
+                KStream<String, String> in = builder.stream("in", STRINGS);
+                Map<String, KStream<String, String>> branches = in.split(Named.as("split-"))
+                        .branch((k, v) -> amount(v) >= 6, Branched.as("big"))
+                        .branch((k, v) -> "x".equals(group(v)), Branched.as("x"))
+                        .defaultBranch(Branched.as("rest"));
+                KStream<String, String> merged = branches.get("split-big").mapValues(KafkaStreamsReference::doubled)
+                        .merge(branches.get("split-x")).merge(branches.get("split-rest"));
+                if (params.get("with_source").asBoolean()) {
+                    merged = merged.merge(in);
+                }
+                KGroupedStream<String, String> grouped = params.get("group").asBoolean()
+                        ? merged.groupBy((k, v) -> group(v), Grouped.with(Serdes.String(), Serdes.String()))
+                        : merged.groupByKey();
+                boolean count = params.get("op").asText().equals("count");
+                if (params.get("window").asText().equals("none")) {
+                    tableToOut(count ? (KTable) grouped.count() : grouped.reduce(KafkaStreamsReference::lastThree));
+                } else {
+                    TimeWindowedKStream<String, String> windowed = grouped.windowedBy(timeWindows(params));
+                    windowedToOut(count ? (KTable) windowed.count() : windowed.reduce(KafkaStreamsReference::lastThree));
+                }
+                return;
+            }
+            case "repartition_aggregation": {
+                KStream<String, String> in = builder.stream("in", STRINGS);
+                String rekey = params.get("rekey").asText();
+                Grouped<String, String> strings = Grouped.with(Serdes.String(), Serdes.String());
+                KGroupedStream<String, String> grouped = rekey.equals("group_by")
+                        ? in.groupBy((k, v) -> group(v), strings)
+                        : rekey.equals("select_key")
+                        ? in.selectKey((k, v) -> group(v)).groupByKey(strings)
+                        : in.map((k, v) -> KeyValue.pair(group(v), v == null ? null : (k == null ? "~" : k) + ":" + amount(v)))
+                                .groupByKey(strings);
+                String op = params.get("op").asText();
+                if (!params.get("window").asText().equals("none")) {
+                    windowedToOut((KTable) windowedAggregation(grouped, params, counterfactual));
+                } else if (op.equals("count")) {
+                    tableToOut(grouped.count());
+                } else if (op.equals("reduce")) {
+                    tableToOut(grouped.reduce((a, b) -> String.valueOf(amount(a) + amount(b))));
+                } else {
+                    tableToOut(grouped.aggregate(() -> 0L, (k, v, total) -> total + amount(v),
+                            Materialized.<String, Long, KeyValueStore<Bytes, byte[]>>with(Serdes.String(), Serdes.Long())));
+                }
+                return;
+            }
+            case "table_view": {
+                KTable<String, String> table = builder.table("in", STRINGS);
+                switch (params.get("view").asText()) {
+                    case "filter":
+                        table = table.filter((k, v) -> amount(v) >= 5);
+                        break;
+                    case "filter_not":
+                        table = table.filterNot((k, v) -> amount(v) >= 5);
+                        break;
+                    case "map_values":
+                        table = table.mapValues(KafkaStreamsReference::doubled);
+                        break;
+                    case "filter_map_values":
+                        table = table.filter((k, v) -> amount(v) >= 5).mapValues(KafkaStreamsReference::doubled);
+                        break;
+                    default:
+                        table = table.mapValues(KafkaStreamsReference::doubled).filter((k, v) -> amount(v) >= 10);
+                }
+                tableToOut(table);
+                return;
+            }
+            case "table_suppress": {
+                String source = params.get("source").asText();
+                KTable table;
+                if (source.equals("topic")) {
+                    table = builder.table("in", STRINGS);
+                } else if (source.equals("aggregation")) {
+                    table = builder.stream("in", STRINGS).groupByKey().aggregate(() -> 0L,
+                            (k, v, total) -> total + amount(v),
+                            Materialized.<String, Long, KeyValueStore<Bytes, byte[]>>with(Serdes.String(), Serdes.Long()));
+                } else {
+                    table = builder.table("in", STRINGS).groupBy((k, v) -> KeyValue.pair(group(v), v),
+                            Grouped.with(Serdes.String(), Serdes.String())).aggregate(() -> 0L,
+                            (k, v, total) -> total + amount(v), (k, v, total) -> total - amount(v),
+                            Materialized.<String, Long, KeyValueStore<Bytes, byte[]>>with(Serdes.String(), Serdes.Long()));
+                }
+                tableToOut(table.suppress(Suppressed.untilTimeLimit(millis(params, "limit"),
+                        Suppressed.BufferConfig.unbounded())));
+                return;
+            }
             default:
                 throw new IllegalArgumentException("unknown family " + family);
         }
@@ -328,7 +508,19 @@ public final class KafkaStreamsReference {
                         driver.createOutputTopic("out", new StringDeserializer(), new StringDeserializer());
                 Map<String, TestInputTopic<String, String>> inputs = new HashMap<>();
                 int cause = 0;
+                Map<String, Set<String>> present = new HashMap<>(); // keys with a value, per topic
+                boolean dropAbsentTombstones = counterfactual.contains("absent-tombstones-dropped");
                 for (JsonNode record : request.get("records")) {
+                    if (dropAbsentTombstones && !record.get(1).isNull()) {
+                        Set<String> keys = present.computeIfAbsent(record.get(0).asText(), t -> new HashSet<>());
+                        if (record.get(2).isNull() && !keys.remove(record.get(1).asText())) {
+                            cause++; // as if the table source dropped it: nothing downstream sees it
+                            continue;
+                        }
+                        if (!record.get(2).isNull()) {
+                            keys.add(record.get(1).asText());
+                        }
+                    }
                     TestInputTopic<String, String> topic = inputs.computeIfAbsent(record.get(0).asText(),
                             name -> driver.createInputTopic(name, new StringSerializer(), new StringSerializer()));
                     topic.pipeInput(record.get(1).isNull() ? null : record.get(1).asText(),

@@ -3,7 +3,8 @@
 Each defect is undone in Kafka's output in one of two ways, and the case is accepted only when
 the undone output then equals streamkit's (with the named noise of :mod:`tests.parity.verdicts`):
 
-- a counterfactual run: Kafka Streams again with one store keeping one or two ms more (K1, K4, K6);
+- a counterfactual run: Kafka Streams again with one thing changed: a store keeping one or two ms
+  more (K1, K4, K6), tombstones for absent keys not piped (K7), a cogroup as one aggregation (K8);
 - a replay: a model of the one Kafka processor at fault, fed from Kafka's own records, must first
   reproduce Kafka's actual output; then the same model with the defect corrected gives the undone
   output (K2, K3, K5). A model that does not reproduce Kafka gives no acceptance.
@@ -29,6 +30,15 @@ K6  sliding windows: the window store (its time the latest window start, up to s
     of a record whose right window is still open); when another key moved the store's time, Kafka
     leaves the earlier record out of the new record's windows, or does not create the earlier
     record's right window. Undone: the sliding-window store keeps two ms more.
+K7  a table read from a topic forwards a tombstone for a key it has no row for (its source is not
+    materialized, so it cannot know); a suppress(untilTimeLimit) downstream holds that non-change
+    as the key's first update, so the time limit starts with it and the key's next value goes out
+    early. Undone: Kafka re-run with such tombstones not piped (as if the table source dropped them).
+K8  a windowed cogroup runs one window-aggregation processor per input, each with its own stream
+    time, over one store: a record of one input is aggregated into a window that the other inputs'
+    records have already closed (stream time past end + grace), or starts a session there. Undone:
+    Kafka re-run with the inputs merged into one windowed aggregation (one processor, one stream
+    time), each value folded with its own input's aggregator.
 """
 from __future__ import annotations
 
@@ -46,11 +56,15 @@ DEFECTS: Dict[str, str] = {
     "K4": "Kafka's session store expires a session the aggregation still merges",
     "K5": "Kafka's suppression emits a session at end + gap + grace, before it closes",
     "K6": "Kafka's sliding-window store hides a window the aggregation still needs",
+    "K7": "Kafka's suppression starts a key's time limit with a tombstone for a key the table lacks",
+    "K8": "Kafka's windowed cogroup keeps one stream time per input: it updates windows already closed",
 }
 
 JOIN_STORES_ONE_MS_LONGER = "join-store-one-ms-longer"
 SESSION_STORE_ONE_MS_LONGER = "session-store-one-ms-longer"
 SLIDING_STORE_TWO_MS_LONGER = "sliding-store-two-ms-longer"
+ABSENT_TOMBSTONES_DROPPED = "absent-tombstones-dropped"
+COGROUP_ONE_STREAM_TIME = "cogroup-one-stream-time"
 
 _JAVA_LONG_MAX = 2**63 - 1  # the join's "nothing pending"
 
@@ -203,6 +217,14 @@ def undone_variants(case: Case, kafka: List[Output],
         add(("K2",), undo_skipped_unmatched_results(case, kafka))
         if longer != kafka:
             add(("K1", "K2"), undo_skipped_unmatched_results(case, longer))
+    elif case.family == "cogroup" and p["window"] == "session":
+        add(("K4",), reference.run(case, [SESSION_STORE_ONE_MS_LONGER]))
+        add(("K8",), reference.run(case, [COGROUP_ONE_STREAM_TIME]))
+        add(("K4", "K8"), reference.run(case, [SESSION_STORE_ONE_MS_LONGER, COGROUP_ONE_STREAM_TIME]))
+    elif case.family == "cogroup" and p["window"] != "none":
+        add(("K8",), reference.run(case, [COGROUP_ONE_STREAM_TIME]))
+    elif case.family == "repartition_aggregation" and p["window"] == "session":
+        add(("K4",), reference.run(case, [SESSION_STORE_ONE_MS_LONGER]))
     elif case.family == "windowed" and p["window"] == "session":
         longer = reference.run(case, [SESSION_STORE_ONE_MS_LONGER])
         add(("K4",), longer)
@@ -220,6 +242,8 @@ def undone_variants(case: Case, kafka: List[Output],
         if p["suppress"]:
             add(("K3", "K6"), undo_early_suppression(
                 case, longer, reference.run(unsuppressed, [SLIDING_STORE_TWO_MS_LONGER])))
+    elif case.family == "table_suppress" and p["source"] == "topic":
+        add(("K7",), reference.run(case, [ABSENT_TOMBSTONES_DROPPED]))
     return variants
 
 

@@ -33,6 +33,10 @@ MINIMAL_CASES = {
     "K5": Case("windowed", _windowed("session", "count", True, gap=5, grace=7), _in("a@8", "b@20", "b@21"), "K5"),
     "K6": Case("windowed", _windowed("sliding", "count", False, diff=1, grace=0),
                _in("b@3", "a@3", "b@4", "a@4"), "K6"),
+    "K7": Case("table_suppress", {"source": "topic", "limit": 2},
+               [("in", "a", None, 3), ("in", "a", "x:7", 7), ("in", "b", "x:1", 12)], "K7"),
+    "K8": Case("cogroup", {"window": "tumbling", "size": 10, "grace": 0, "inputs": 2, "regroup": False},
+               [("in1", "a", "a:1", 12), ("in2", "a", "a:2", 5)], "K8"),
 }
 
 

@@ -6,13 +6,14 @@ cause being the piped input record after which the record was on the output topi
 
 Noise is normalised in both outputs before comparing, only where named:
 
-- N1 (unsuppressed session windows): Kafka forwards ``(session, null)`` and at once
+- N1 (unsuppressed session windows, of any family): Kafka forwards ``(session, null)`` and at once
   ``(session, value)`` for one input record when the session's bounds do not change; the
   tombstone is dropped.
 - N2 (unsuppressed sliding windows): Kafka forwards the same window twice in a row with the same
   value, timestamp and cause; the repeat is dropped.
-- N3 (table-table and foreign-key joins): a record that leaves its key's latest value as it was
-  (an unchanged result again, a tombstone for a key without a result) is dropped.
+- N3 (table-table and foreign-key joins, table filter/map_values views, table suppression): a
+  record that leaves its key's latest value as it was (an unchanged result again, a tombstone for
+  a key without a result, e.g. for a row failing a filter) is dropped.
 - O1 (any family): the records one input record caused may come in another order across keys;
   per (cause, key) the order must stay.
 
@@ -32,7 +33,7 @@ from tests.parity.cases import Case, Output
 NOISE: Dict[str, str] = {
     "N1": "Kafka forwards a tombstone and then the value for a session whose bounds did not change",
     "N2": "Kafka forwards the same sliding window twice in a row",
-    "N3": "Kafka forwards a table-join result that does not change its key's latest value",
+    "N3": "Kafka forwards a table result (join, view, suppression) that does not change its key's latest value",
     "O1": "the records of one input record in another order across keys",
 }
 
@@ -89,12 +90,12 @@ def drop_unchanged_table_values(outputs: Sequence[Output]) -> List[Output]:
 def noise_of(case: Case) -> Optional[Tuple[str, Callable[[Sequence[Output]], List[Output]]]]:
     """The noise code and normaliser that apply to the case's family, if any."""
     p = case.params
+    if p.get("window") == "session" and not p.get("suppress"):
+        return "N1", drop_session_tombstone_before_value
     if case.family == "windowed" and not p["suppress"]:
-        if p["window"] == "session":
-            return "N1", drop_session_tombstone_before_value
         if p["window"] == "sliding":
             return "N2", drop_immediate_repeats
-    if case.family in ("table_join", "foreign_key_join"):
+    if case.family in ("table_join", "foreign_key_join", "table_view", "table_suppress"):
         return "N3", drop_unchanged_table_values
     return None
 

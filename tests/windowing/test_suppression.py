@@ -215,16 +215,16 @@ LIMIT_CASES = [
         (("x", 1, 20000), [("c", 1, 9000), ("a", 4, 9500)]),
     ], id="latest-value-per-key-per-limit"),
     pytest.param(5 * SEC, {}, [
-        # The due time counts from stream time at the first buffered update, not the
-        # record's (old) timestamp.
+        # The due time counts from the first buffered update's own timestamp (as Kafka
+        # Streams): an update already a limit behind stream time goes out at once.
         (("a", 1, 10000), []),                                   # due 15000
         (("a", 1, 12000), []),
-        (("b", 1, 1000), []),                                    # stream time 12000: due 17000
+        (("b", 1, 1000), [("b", 1, 1000)]),                      # due 6000, stream time 12000
         (("c", 1, 14999), []),
         (("c", 1, 15000), [("a", 2, 12000)]),                    # c due at 19999
         (("d", 1, 16999), []),
-        (("d", 1, 17000), [("b", 1, 1000)]),
-    ], id="due-from-stream-time"),
+        (("d", 1, 17000), []),
+    ], id="due-from-the-first-update-timestamp"),
     pytest.param(timedelta(0), {}, [
         (("a", 1, 1000), [("a", 1, 1000)]),
         (("a", 1, 1000), [("a", 2, 1000)]),
@@ -259,6 +259,35 @@ LIMIT_CASES = [
 def test_until_time_limit_on_a_plain_table(limit: timedelta, limits: dict, steps: List[Step]) -> None:
     driver = make_driver(rate_limited(limit, **limits))
     run_steps(driver, steps)
+
+
+def _rate_limited_table(time_limit: timedelta) -> Callable[[sk.StreamsBuilder], None]:
+    """table "in" "rows" -> suppress(until_time_limit) "limited" -> out."""
+    def build(b: sk.StreamsBuilder) -> None:
+        b.table("in", name="rows").suppress(sk.Suppressed.until_time_limit(time_limit), name="limited") \
+            .to_stream().to("out")
+    return build
+
+
+@pytest.mark.parametrize("steps", [
+    pytest.param([
+        (("k", "v1", 18000), []),                                # due 20000
+        (("k", None, 19000), []),                                # cancels v1: nothing to emit, still due 20000
+        (("k", "v2", 28000), [("k", "v2", 28000)]),              # due since 20000: out at once
+    ], id="a-value-after-a-cancelled-one-keeps-the-first-due-time"),
+    pytest.param([
+        (("k", "v1", 18000), []),
+        (("k", None, 19000), []),
+        (("j", "w", 20000), []),                                 # k due, but its update cancelled out; j due 22000
+        (("k", "v2", 21000), []),                                # a new entry: due 23000
+        (("j", "w", 23000), [("j", "w", 23000), ("k", "v2", 21000)]),
+    ], id="nothing-is-emitted-for-an-update-that-cancelled-out"),
+])
+def test_until_time_limit_keeps_a_key_due_time_through_an_update_that_cancels_out(steps: List[Step]) -> None:
+    """Kafka Streams' rule: a held key's time limit runs from its first held update and is not
+    restarted by later ones, a deletion of a value never emitted included; streamkit emits
+    nothing for such a deletion (Kafka forwards a tombstone for a key it never emitted)."""
+    run_steps(make_driver(_rate_limited_table(2 * SEC)), steps)
 
 
 # -- until_time_limit on a windowed table ----------------------------------------------------

@@ -3,8 +3,8 @@
 ``until_window_closes``: an update of window W is due when W closes (the same
 instant at which the windowed aggregation starts dropping W's records as late),
 so each window is forwarded once with its final value. ``until_time_limit``:
-a key's first held-back update is due ``time_limit`` of stream time later; later
-updates replace its value, not its due time.
+a key's first held-back update is due when stream time reaches its timestamp plus
+``time_limit``; later updates replace its value, not its due time.
 
 Due entries are forwarded when the suppression's own stream time reaches them: the
 largest timestamp among the updates that reached it (as Kafka Streams'
@@ -48,7 +48,9 @@ def compile_suppress(node: ir.SuppressNode, downstream: Downstream, env: Compile
         if timestamp > clock.time:
             clock.time = timestamp
         stream_time = clock.time
-        due = close_time(key.end) if final else stream_time + limit_ms  # type: ignore[misc]
+        # until_time_limit measures the limit from the first held update's own timestamp (as
+        # Kafka Streams does): an update already that far behind stream time goes out at once.
+        due = close_time(key.end) if final else timestamp + limit_ms  # type: ignore[misc]
         if final and due <= stream_time:
             # An update of a window already closed here (the DSL's aggregations drop late
             # records and never merge a closed session, so only other upstreams): what is due
