@@ -1,7 +1,9 @@
 """Exceptions raised by streamkit. Every message says what went wrong and where."""
 from __future__ import annotations
 
-from typing import Optional
+import errno
+import os
+from typing import Any, Optional, Tuple
 
 
 class StreamkitError(Exception):
@@ -96,3 +98,51 @@ class AuthenticationError(StreamkitError):
 class AuthorizationError(StreamkitError):
     """The broker's authorizer refused an operation (no ACL for it): the message names the
     resource (topic, group, transactional id), the operation and the principal."""
+
+
+class StorageError(StreamkitError, OSError):
+    """An OS error (disk full, file too large, I/O error, ...) while writing durable data:
+    the message names what was written where (a topic-partition's log file, a state
+    store) and the stage (append, fsync, transaction commit, offset commit, checkpoint,
+    restore). ``errno``, ``strerror`` and ``filename`` are the original error's; the
+    original is ``cause`` and is chained as ``__cause__`` where this is raised.
+
+    ``cause`` may be a library's error that is no OSError but carries an OS error's
+    text (RocksDB's "IO error: No space left on device: ..."): ``errno`` is then the
+    error number whose standard text it contains, None if none."""
+
+    def __init__(self, where: str, stage: str, cause: BaseException) -> None:
+        if isinstance(cause, OSError):
+            super().__init__(cause.errno, cause.strerror, cause.filename)
+        else:
+            number = errno_in_text(str(cause))
+            super().__init__(number, os.strerror(number) if number is not None else str(cause))
+        self.where = where
+        self.stage = stage
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return f"{self.stage} failed for {self.where}: {_describe_cause(self.cause)}"
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return type(self), (self.where, self.stage, self.cause)
+
+    def within(self, where: str, stage: Optional[str] = None) -> "StorageError":
+        """The same error with an outer context: ``where`` before this one's, and ``stage``
+        (if given) in place of this one's."""
+        return StorageError(f"{where} ({self.where})", stage or self.stage, self.cause)
+
+
+def errno_in_text(text: str) -> Optional[int]:
+    """The error number whose standard text (``os.strerror``) occurs in ``text``, if any."""
+    for number in sorted(errno.errorcode):
+        message = os.strerror(number)
+        if not message.startswith("Unknown error") and message in text:
+            return number
+    return None
+
+
+def _describe_cause(cause: BaseException) -> str:
+    if isinstance(cause, StorageError):
+        return _describe_cause(cause.cause)
+    return f"{type(cause).__name__}: {cause}"

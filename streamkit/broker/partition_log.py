@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, NamedTuple, Optional, Sequence
 
 from streamkit.core.records import OutgoingRecord, PartitionOffsets
+from streamkit.errors import StorageError
 from streamkit.broker.batch_format import (
     CRC_START, FLAG_TRANSACTIONAL, HEADER, PEEK_SIZE, batch_span, encode_batch,
     encode_marker, header_is_valid, rebase_batch)
@@ -291,6 +292,9 @@ class PartitionLog:
             f"{self._where_dir()}: segment file {name} ends at offset {end} but the next segment "
             f"file is {next_name}: {what}; refusing to read or append around the gap")
 
+    def _storage_error(self, stage: str, file: str, exc: OSError) -> StorageError:
+        return StorageError(self.describe(file), stage, exc)
+
     def _where_dir(self) -> str:
         return f"{self.describe()}, directory {self.directory}"
 
@@ -323,7 +327,11 @@ class PartitionLog:
                                      f"the log ends at {self._end}")
                 start = self.start_offset()
                 if offset > start:
-                    write_int_file(self.file_path(START_OFFSET_FILE), offset)
+                    try:
+                        write_int_file(self.file_path(START_OFFSET_FILE), offset)
+                    except OSError as exc:
+                        raise self._storage_error(f"moving the log start to {offset}", START_OFFSET_FILE,
+                                                  exc) from exc
                     return offset
                 return start
             finally:
@@ -392,18 +400,34 @@ class PartitionLog:
         with self._mutex:
             self._lock_exclusive()
             try:
-                self._refresh()
+                try:
+                    self._refresh()
+                except OSError as exc:
+                    if isinstance(exc, StorageError):
+                        raise
+                    raise self._storage_error("produce (catching up with the log's end)",
+                                              segment_file_name(self._base), exc) from exc
                 if guard is not None:
                     guard()
                 first = self._end
                 for batch, count in batches:
                     batch = rebase_batch(batch, self._end)
                     if self._size and self._size + len(batch) > self._segment_bytes:
-                        self._roll()
+                        try:
+                            self._roll()
+                        except OSError as exc:
+                            raise self._storage_error(f"produce (segment roll at offset {self._end}"
+                                                      f"{_landed(first, self._end)})",
+                                                      segment_file_name(self._end), exc) from exc
                     if self._size >= self._index_due:
                         self.index.add((self._base, self._ino), self._end, self._size)
                         self._index_due = self._size + INDEX_INTERVAL
-                    self._write(batch)
+                    try:
+                        self._write(batch)
+                    except OSError as exc:
+                        raise self._storage_error(
+                            f"produce (append of offsets {self._end} to {self._end + count - 1}, {len(batch)} "
+                            f"bytes{_landed(first, self._end)})", segment_file_name(self._base), exc) from exc
                     self._end += count
                 return first
             finally:
@@ -420,18 +444,22 @@ class PartitionLog:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def sync(self) -> None:
-        """fsync what this object appended since the last sync."""
+        """fsync what this object appended since the last sync (StorageError if the OS
+        refuses: what was appended may not be durable)."""
         with self._mutex:
-            for fd in self._unsynced:
-                _fdatasync(fd)
-                os.close(fd)
-            self._unsynced.clear()
-            if self._fd_dirty:
-                _fdatasync(self._fd)
-                self._fd_dirty = False
-            if self._dir_dirty:
-                fsync_dir(self.directory)
-                self._dir_dirty = False
+            try:
+                while self._unsynced:  # one at a time: after an error, the rest stay due
+                    _fdatasync(self._unsynced[0])
+                    os.close(self._unsynced.pop(0))
+                if self._fd_dirty:
+                    _fdatasync(self._fd)
+                    self._fd_dirty = False
+                if self._dir_dirty:
+                    fsync_dir(self.directory)
+                    self._dir_dirty = False
+            except OSError as exc:
+                raise self._storage_error(f"fsync up to offset {self._end}", segment_file_name(self._base),
+                                          exc) from exc
 
     def close(self) -> None:
         with self._mutex:
@@ -545,6 +573,11 @@ class PartitionLog:
             raise
         self._size += len(batch)
         self._fd_dirty = True
+
+
+def _landed(first: int, end: int) -> str:
+    """What part of a failed append is in the log (a huge one is several batches)."""
+    return f"; offsets {first} to {end - 1} of the same append are in the log" if end > first else ""
 
 
 def _encode(records: Sequence[OutgoingRecord], base_offset: int, producer_id: int,

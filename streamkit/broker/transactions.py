@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 from urllib.parse import unquote
 
 from streamkit.core.records import OutgoingRecord, TopicPartition
+from streamkit.errors import StorageError
 from streamkit.broker.errors import (
     EmbeddedBrokerError, ProducerFencedError, TransactionStateError, UnknownPartitionError, UnknownTopicError)
 from streamkit.broker.group_store import TRASH_PREFIX, encode_name, validate_offsets
@@ -294,9 +295,12 @@ class _Producer:
             except ProducerFencedError:
                 self._done(txn, "fenced")
                 raise
-            except BaseException:
+            except BaseException as exc:
                 if not self._commit_point_reached(txn):
                     self._abort_quietly(txn)
+                    if isinstance(exc, OSError):
+                        raise self._storage_error(txn, "transaction commit (aborted: nothing of it is "
+                                                       "visible)", exc) from exc
                     raise
                 logger.exception("transactional id '%s': error after the commit point of "
                                  "transaction %d; completing it", self.transactional_id,
@@ -308,10 +312,21 @@ class _Producer:
                 self._complete(txn)
             except BaseException as exc:
                 self._needs_recovery = True
+                if isinstance(exc, OSError):
+                    raise self._storage_error(txn, "completing the committed transaction (the next "
+                                                   "begin_transaction or recovery finishes it)", exc) from exc
                 raise EmbeddedBrokerError(
                     f"transactional id '{self.transactional_id}': transaction {txn.sequence} "
                     f"is committed but completing it failed ({exc!r}); the next "
                     f"begin_transaction or recovery finishes it") from exc
+
+    def _storage_error(self, txn: "Transaction", stage: str, exc: OSError) -> StorageError:
+        """`exc` with the transaction and its partitions named (inside: the file that failed)."""
+        where = (f"transactional id '{self.transactional_id}' transaction {txn.sequence} "
+                 f"(partitions {', '.join(f'{tp.topic}-{tp.partition}' for tp in sorted(txn.touched))})")
+        if isinstance(exc, StorageError):
+            return exc.within(where, stage)
+        return StorageError(where, stage, exc)
 
     def _commit_point_reached(self, txn: "Transaction") -> bool:
         """Whether the record on disk says `txn` is committing (an error came after the
@@ -462,7 +477,11 @@ class Transaction:
             if not records:
                 return log.end_offset()
             if tp not in producer.registered:
-                producer.register(tp)
+                try:
+                    producer.register(tp)
+                except OSError as exc:
+                    raise StorageError(f"topic '{topic}' partition {partition}", f"registering the partition in "
+                                       f"transactional id '{self.transactional_id}'", exc) from exc
             self.touched[tp] = log
         try:
             return log.append(records, producer_id=self.id, transactional=True,

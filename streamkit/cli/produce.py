@@ -8,14 +8,15 @@ import os
 import select
 import sys
 import time
-from typing import Iterator, List, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 import click
 import orjson
 
-from ..errors import SerializationError
+from ..errors import SerializationError, StreamkitError
 from ..serdes import Json, Serde
-from ..core.records import OutgoingRecord
+from ..core.records import OutgoingRecord, TopicPartition
 from ..transport.partitioner import partition_for_key
 from .common import (REGISTRY_FORMATS, broker_option, broker_url, connected, format_options, registry_serde,
                      require_topic)
@@ -24,27 +25,42 @@ log = logging.getLogger(__name__)
 
 BATCH_RECORDS = 1000
 LINGER_SECONDS = 0.05  # send what we have when stdin pauses this long (interactive use)
+READ_BYTES = 1 << 20  # per read of stdin
 JSON = Json()
 
 
 def _stdin_lines() -> Iterator[Tuple[bytes, bool]]:
-    """Yield (line, more_ready): ``more_ready`` is False when stdin has paused."""
+    """Yield (line, more_ready): ``more_ready`` is False when stdin has paused.
+
+    Linear in the input: each chunk is scanned for newlines once, and the pieces of a
+    line longer than a chunk are joined once, when its newline (or the end) arrives.
+    """
     fd = sys.stdin.fileno()
-    pending = b""
+    pieces: List[bytes] = []  # the current line so far, not yet ended by a newline
     while True:
         ready, _, _ = select.select([fd], [], [], LINGER_SECONDS)
         if not ready:
             yield b"", False
             continue
-        chunk = os.read(fd, 1 << 16)
+        chunk = os.read(fd, READ_BYTES)
         if not chunk:
-            if pending:
-                yield pending, True
+            if pieces:
+                yield b"".join(pieces), True
             return
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
+        start = 0
+        end = chunk.find(b"\n")
+        while end >= 0:
+            if pieces:
+                pieces.append(chunk[start:end])
+                line = b"".join(pieces)
+                pieces = []
+            else:
+                line = chunk[start:end]
             yield line, True
+            start = end + 1
+            end = chunk.find(b"\n", start)
+        if start < len(chunk):
+            pieces.append(chunk[start:])
 
 
 def _key_of(value: object, field: str, line_no: int, key_format: Optional[str] = None,
@@ -157,76 +173,160 @@ class _Expired:
                         self.retention_ms, self.oldest)
 
 
+class _Acknowledged:
+    """What the broker acknowledged, per partition: record count, first and last offset
+    (other producers' records may lie between them), for the report after a failure."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.spans: Dict[int, List[int]] = {}  # partition -> [count, first offset, last offset]
+        self.unconfirmed: Dict[int, int] = {}  # partition -> records sent, not acknowledged yet
+
+    @property
+    def count(self) -> int:
+        return sum(span[0] for span in self.spans.values())
+
+    @property
+    def pending(self) -> int:
+        return sum(self.unconfirmed.values())
+
+    def sent(self, partition: int, records: int) -> None:
+        self.unconfirmed[partition] = self.unconfirmed.get(partition, 0) + records
+
+    def confirm(self, ends: Mapping[TopicPartition, int]) -> None:
+        """Take the offsets after the last records a producer reported, for every record
+        sent to those partitions since the last confirmation."""
+        for tp, end in ends.items():
+            records = self.unconfirmed.pop(tp.partition, 0)
+            if tp.topic != self.topic or not records:
+                continue
+            span = self.spans.get(tp.partition)
+            if span is None:
+                self.spans[tp.partition] = [records, end - records, end - 1]
+            else:
+                span[0] += records
+                span[2] = end - 1
+
+    def failure(self, exc: BaseException, lines_read: int) -> click.ClickException:
+        where = "; ".join(f"partition {p}: {count} at offsets {first} to {last}"
+                          for p, (count, first, last) in sorted(self.spans.items()))
+        landed = f"{self.count} record(s) acknowledged before the failure ({where})" if self.spans else \
+            "no record acknowledged before the failure"
+        lost = (f"; {self.pending} record(s) sent after them were not acknowledged (see the error for what "
+                f"may have landed)") if self.pending else ""
+        return click.ClickException(f"producing to {self.topic} failed after {lines_read} line(s) of input: "
+                                    f"{exc}. {landed}{lost}")
+
+
 async def _produce(transport, topic: str, partitions: int, key_field: Optional[str],
                    fixed_partition: Optional[int], fmt: str, timestamp_field: Optional[str] = None,
                    expired: Optional[_Expired] = None, *, key_format: Optional[str] = None,
                    key_serde: Optional[Serde] = None, value_serde: Optional[Serde] = None) -> int:
+    """Produce stdin's lines; the number of records acknowledged. A failure to send raises
+    a ClickException saying what was acknowledged before it, per partition."""
     producer = transport.producer()
     buffers: List[List[OutgoingRecord]] = [[] for _ in range(partitions)]
-    round_robin = itertools.cycle(range(partitions))
-    produced = buffered = 0
+    encoder = _LineEncoder(fmt, partitions, fixed_partition, key_field, key_format, key_serde, value_serde,
+                           timestamp_field, expired)
+    acknowledged = _Acknowledged(topic)
+    buffered = 0
 
     async def flush() -> None:
-        nonlocal produced, buffered
-        batches = [(topic, p, records) for p, records in enumerate(buffers) if records]
-        if batches:
-            await producer.send(batches)
-            for p in range(partitions):
+        # one partition per send: a failure then leaves the others' acknowledgements known
+        nonlocal buffered
+        for p, records in enumerate(buffers):
+            if records:
                 buffers[p] = []
-            produced += buffered
-            buffered = 0
+                buffered -= len(records)
+                acknowledged.sent(p, len(records))
+                acknowledged.confirm(await producer.send([(topic, p, records)]))
+
+    async def finish() -> None:
+        await flush()
+        acknowledged.confirm(await producer.delivered())  # producers that pipeline: their acks
+        await producer.flush()
 
     line_no = 0
     try:
-        for line, more in _stdin_lines():
-            if not more:
-                await flush()
-                continue
-            line_no += 1
-            line = line.rstrip(b"\r")
-            if not line.strip():
-                continue
-            key: Optional[bytes] = None
-            timestamp: Optional[int] = None
-            if fmt == "json":
-                try:
-                    value = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise _bad_line(line_no, f"not valid JSON ({exc})", line) from None
-                try:
-                    if key_field:
-                        key = _key_of(value, key_field, line_no, key_format, key_serde)
-                    if value_serde is not None:
-                        payload = value_serde.serialize(value)
-                    else:
-                        payload = b"null" if value is None else JSON.serialize(value)  # a value, not a tombstone
-                except SerializationError as exc:
-                    raise _bad_line(line_no, str(exc), line) from None
-                if timestamp_field:
-                    timestamp = _timestamp_of(value, timestamp_field, line_no)
-                    if expired is not None:
-                        expired.check(timestamp)
-            else:
-                try:
-                    line.decode()
-                except UnicodeDecodeError:
-                    raise _bad_line(line_no, "not UTF-8 text", line) from None
-                payload = line
-            if fixed_partition is not None:
-                p = fixed_partition
-            elif key is not None:
-                p = partition_for_key(key, partitions)
-            else:
-                p = next(round_robin)
-            buffers[p].append((key, payload, int(time.time() * 1000) if timestamp is None else timestamp, None))
-            buffered += 1
-            if buffered >= BATCH_RECORDS:
-                await flush()
+        try:
+            for line, more in _stdin_lines():
+                if not more:
+                    await flush()
+                    continue
+                line_no += 1
+                placed = encoder.record(line, line_no)
+                if placed is None:
+                    continue
+                buffers[placed[0]].append(placed[1])
+                buffered += 1
+                if buffered >= BATCH_RECORDS:
+                    await flush()
+        except click.ClickException:
+            await finish()  # lines before a bad one are kept, as kafka-console-producer does
+            raise
+        await finish()
+    except (OSError, StreamkitError) as exc:
+        raise acknowledged.failure(exc, line_no) from exc
     finally:
-        await flush()  # lines before a bad one are kept, as kafka-console-producer does
-        await producer.flush()
         await producer.aclose()
-    return produced
+    return acknowledged.count
+
+
+@dataclass
+class _LineEncoder:
+    """Turns input lines into records and picks their partitions, per the command's options."""
+
+    fmt: str
+    partitions: int
+    fixed_partition: Optional[int]
+    key_field: Optional[str]
+    key_format: Optional[str]
+    key_serde: Optional[Serde]
+    value_serde: Optional[Serde]
+    timestamp_field: Optional[str]
+    expired: Optional[_Expired]
+
+    def __post_init__(self) -> None:
+        self._round_robin = itertools.cycle(range(self.partitions))
+
+    def record(self, line: bytes, line_no: int) -> Optional[Tuple[int, OutgoingRecord]]:
+        """(partition, record) for one input line; None for a blank line."""
+        line = line.rstrip(b"\r")
+        if not line.strip():
+            return None
+        key: Optional[bytes] = None
+        timestamp: Optional[int] = None
+        if self.fmt == "json":
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise _bad_line(line_no, f"not valid JSON ({exc})", line) from None
+            try:
+                if self.key_field:
+                    key = _key_of(value, self.key_field, line_no, self.key_format, self.key_serde)
+                if self.value_serde is not None:
+                    payload = self.value_serde.serialize(value)
+                else:
+                    payload = b"null" if value is None else JSON.serialize(value)  # a value, not a tombstone
+            except SerializationError as exc:
+                raise _bad_line(line_no, str(exc), line) from None
+            if self.timestamp_field:
+                timestamp = _timestamp_of(value, self.timestamp_field, line_no)
+                if self.expired is not None:
+                    self.expired.check(timestamp)
+        else:
+            try:
+                line.decode()
+            except UnicodeDecodeError:
+                raise _bad_line(line_no, "not UTF-8 text", line) from None
+            payload = line
+        if self.fixed_partition is not None:
+            p = self.fixed_partition
+        elif key is not None:
+            p = partition_for_key(key, self.partitions)
+        else:
+            p = next(self._round_robin)
+        return p, (key, payload, int(time.time() * 1000) if timestamp is None else timestamp, None)
 
 
 def _bad_line(line_no: int, why: str, line: bytes) -> click.ClickException:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, List, Optional
 
-from ..errors import StreamkitError
+from ..errors import StorageError, StreamkitError
 
 from ..faults import crash_point
 from ..core.records import TopicPartition
@@ -174,7 +174,13 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
             empty_fetches = 0
             for batch in batches:
                 entries = {key: value for _offset, _ts, key, value, _headers in batch.records}
-                persistent.apply(entries, batch.records[-1][0] + 1)
+                try:
+                    persistent.apply(entries, batch.records[-1][0] + 1)
+                except StorageError as exc:
+                    raise exc.within(
+                        f"state store '{store.spec.name}' of task {task_id}, restoring changelog topic "
+                        f"'{tp.topic}' partition {tp.partition} offsets {batch.records[0][0]} to "
+                        f"{batch.records[-1][0]} (restored up to {batch.records[0][0]})", "restore") from exc.cause
                 crash_point("restore.batch")
                 replayed += len(batch.records)
                 advanced(len(batch.records))

@@ -15,6 +15,7 @@ from typing import Iterator, Mapping, Optional, Tuple
 
 from rocksdict import Options, Rdict, WriteBatch
 
+from ..errors import StorageError, errno_in_text
 from .bytes_store import BytesStore
 
 log = logging.getLogger(__name__)
@@ -94,14 +95,20 @@ class RocksDBBytesStore(BytesStore):
             batch.put(_OFFSET_KEY, _OFFSET.pack(changelog_offset), self._meta)
         if input_positions is not None:
             batch.put(_INPUT_KEY, input_positions, self._meta)
-        self._db.write(batch)
+        try:
+            self._db.write(batch)
+        except Exception as exc:  # rocksdict raises plain Exception
+            raise self._storage_error(f"write of {len(entries)} key(s)", exc) from exc
 
     def input_positions(self) -> Optional[bytes]:
         return self._meta_cf.get(_INPUT_KEY)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         if start < end:  # RocksDB rejects an inverted range
-            self._db.delete_range(start, end)
+            try:
+                self._db.delete_range(start, end)
+            except Exception as exc:
+                raise self._storage_error("range delete", exc) from exc
 
     def changelog_offset(self) -> Optional[int]:
         raw = self._meta_cf.get(_OFFSET_KEY)
@@ -121,7 +128,19 @@ class RocksDBBytesStore(BytesStore):
         Rdict.destroy(self.path)
         self.__init__(self.path)  # type: ignore[misc]
 
+    def _storage_error(self, stage: str, exc: Exception) -> Exception:
+        """A StorageError naming this store for an OS-level failure (RocksDB's "IO error: ...",
+        an OSError); `exc` itself for anything else."""
+        if isinstance(exc, OSError) or str(exc).startswith("IO error") or errno_in_text(str(exc)) is not None:
+            return StorageError(f"RocksDB store {self.path}", stage, exc)
+        return exc
+
     def close(self) -> None:
         del self._meta_cf
         del self._meta
-        self._db.close()
+        try:
+            self._db.close()
+        except Exception as exc:
+            # After a failed write RocksDB repeats that error here; what it acknowledged is in its
+            # log with the checkpoint, and restore replays the changelog from there.
+            log.warning("state store %s: closing it failed: %s", self.path, exc)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..core.settings import STORE_BACKENDS
+from ..errors import StorageError
 from ..serdes import Json
 from ..stores import WINDOWED_KINDS, StoreSpec
 from ..core.records import OutgoingRecord, TopicPartition
@@ -91,10 +92,14 @@ class TaskStores:
         by the interval; :meth:`unlogged_positions` tells from where to replay."""
         encoded = None if input_positions is None else encode_positions(input_positions)
         for store in self.open_stores:
-            if store.changelog is not None:
-                store.buffer.persist(next_offsets.get(store.changelog))
-            else:
-                store.buffer.persist(None, encoded)
+            try:
+                if store.changelog is not None:
+                    store.buffer.persist(next_offsets.get(store.changelog))
+                else:
+                    store.buffer.persist(None, encoded)
+            except StorageError as exc:
+                raise exc.within(f"state store '{store.spec.name}' {_logged_where(store)}",
+                                 "checkpoint after the commit") from exc.cause
 
     @property
     def has_changelogged_stores(self) -> bool:
@@ -142,6 +147,12 @@ class TaskStores:
     def close(self) -> None:
         for store in self.open_stores:
             store.buffer.persistent.close()
+
+
+def _logged_where(store: OpenStore) -> str:
+    if store.changelog is None:
+        return "(no changelog)"
+    return f"(changelog topic '{store.changelog.topic}' partition {store.changelog.partition})"
 
 
 def encode_positions(positions: Mapping[TopicPartition, int]) -> bytes:

@@ -148,6 +148,33 @@ def test_backward_transitive_checks_every_version(client: SchemaRegistryClient, 
     assert refused.value.error_code == 409
 
 
+@pytest.mark.parametrize("level", ["BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"])
+def test_a_named_version_is_the_only_one_checked_under_a_transitive_level(
+        client: SchemaRegistryClient, server: RegistryProcess, subject: str, level: str) -> None:
+    # Confluent: /compatibility/subjects/S/versions/V tests against version V ("latest": the
+    # newest) alone; /compatibility/subjects/S/versions tests as register does (every version)
+    note_string = avro_record({"name": "id", "type": "long"}, {"name": "note", "type": "string", "default": ""})
+    note_int = avro_record({"name": "id", "type": "long"}, {"name": "note", "type": "int", "default": 0})
+    client.set_compatibility(subject, level)
+    client.register_schema(subject, Schema(note_string, "AVRO"))
+    client.register_schema(subject, Schema(V1, "AVRO"))  # drops note: compatible both ways
+    # note comes back as an int: fine against version 2, a type clash with version 1's string
+    assert client.test_compatibility(subject, Schema(note_int, "AVRO")) is True  # "latest"
+    assert client.test_compatibility(subject, Schema(note_int, "AVRO"), version=2) is True
+    assert client.test_compatibility(subject, Schema(note_int, "AVRO"), version=1) is False
+    assert client.test_compatibility_all_versions(subject, Schema(note_int, "AVRO")) is False
+    body = {"schema": note_int}
+    assert http(server, "POST", f"/compatibility/subjects/{subject}/versions/latest?verbose=true", body)[2] == {
+        "is_compatible": True, "messages": []}
+    status, _, answer = http(server, "POST", f"/compatibility/subjects/{subject}/versions?verbose=true", body)
+    assert status == 200 and answer["is_compatible"] is False and "/fields/1/type" in " ".join(answer["messages"])
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(subject, Schema(note_int, "AVRO"))
+    assert refused.value.error_code == 409
+    client.delete_version(subject, 1)  # a soft-deleted version is no longer checked
+    assert client.test_compatibility_all_versions(subject, Schema(note_int, "AVRO")) is True
+
+
 def test_config_global_and_subject(client: SchemaRegistryClient, server: RegistryProcess, subject: str) -> None:
     assert client.get_compatibility() == "BACKWARD"
     with pytest.raises(SchemaRegistryError) as unset:

@@ -440,8 +440,9 @@ class SchemaRegistry:
         """Why ``schema`` could not become the next version of ``subject`` under its level
         (empty: it could). ``version`` None: checked as :meth:`register` would check it
         (against every live version when the level is transitive, else the newest; true for
-        a subject without versions); ``"latest"`` the same but 40401 without versions; a
-        number: against that version only (40402 if it is absent)."""
+        a subject without versions). ``"latest"`` or a number: against that one version only,
+        in the level's direction, as Confluent does (a transitive level reaches no other
+        version); 40401 without versions, 40402 if the number is absent."""
         number = None if version is None else _version_number(version)
         with self._lock:
             state = self._fresh()
@@ -453,7 +454,9 @@ class SchemaRegistry:
                 earlier = state.versions(subject)
             else:
                 earlier = self._versions_of(state, subject, deleted=False)
-                if number is not None:
+                if number is None:
+                    earlier = earlier[-1:]  # "latest"
+                else:
                     earlier = [v for v in earlier if v.version == number]
                     if not earlier:
                         raise VersionNotFound(f"Version {number} not found.")
