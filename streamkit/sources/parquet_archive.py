@@ -7,6 +7,7 @@ are read; records still in ``_staging`` are not.
 """
 from __future__ import annotations
 
+import os
 from typing import Iterator, List, Optional, Tuple
 
 from ..errors import ConfigError
@@ -35,13 +36,20 @@ class ParquetArchive(Source):
                 raise ConfigError(f"ParquetArchive({self.path}) holds topics {', '.join(topics)}: pass topic=")
             if not topics:
                 raise ConfigError(f"ParquetArchive({self.path}): no archive files "
-                                  "(<topic>+<partition>+<first>-<last>.parquet) found")
+                                  f"(<topic>+<partition>+<first>-<last>.parquet) found. {self._how_to_fill()}")
             return found
         chosen = [f for f in found if f.topic == self._topic]
         if not chosen:
-            raise ConfigError(f"ParquetArchive({self.path}) has no files of topic '{self._topic}' "
-                              f"(it holds: {', '.join(topics) or 'nothing'})")
+            held = f"it holds topics {', '.join(topics)}" if topics else self._how_to_fill()
+            raise ConfigError(f"ParquetArchive({self.path}) has no files of topic '{self._topic}': {held}")
         return chosen
+
+    def _how_to_fill(self) -> str:
+        """What to run when the archive is empty or missing."""
+        where = "does not exist" if not os.path.isdir(self.path) else "holds no rolled file yet"
+        return (f"The directory {where}. An archive is written by a worker of an app whose stream ends in "
+                f"sk.sinks.ParquetArchive('{self.path}'), e.g. `streamkit worker apps.archive --until-idle 2` "
+                "(files appear when they roll, and when the worker stops; files still in _staging are not read)")
 
     @property
     def topic(self) -> str:

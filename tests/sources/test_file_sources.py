@@ -718,3 +718,17 @@ def test_worker_replays_an_archive_as_the_original_records(tmp_path: Path) -> No
     out = committed(broker, "replayed")
     assert sorted((ts, key, orjson.loads(value)["i"]) for _p, _o, ts, key, value, _h in out) == sorted(
         (1_000 + 10 * i + p, None if i == 4 else f"k{i % 3}".encode(), i) for p in range(2) for i in range(7 + p))
+
+
+@pytest.mark.parametrize("make_directory, says", [(False, "does not exist"), (True, "holds no rolled file yet")])
+def test_an_empty_or_missing_parquet_archive_says_what_writes_one(tmp_path: Path, make_directory: bool,
+                                                                   says: str) -> None:
+    path = tmp_path / "archive" / "pageviews"
+    if make_directory:
+        path.mkdir(parents=True)
+    for archive in (sk.sources.ParquetArchive(str(path), topic="pageviews"), sk.sources.ParquetArchive(str(path))):
+        with pytest.raises(ConfigError) as raised:
+            archive.files()
+        message = str(raised.value)
+        assert says in message
+        assert "sk.sinks.ParquetArchive(" in message and "streamkit worker apps.archive" in message
