@@ -16,6 +16,9 @@
 //   "join-store-one-ms-longer"     stream-stream join stores keep one ms more than they report
 //   "session-store-one-ms-longer"  session stores keep one ms more than gap + grace
 //   "sliding-store-two-ms-longer"  sliding-window stores keep two ms more than 2 * difference + grace
+//   "emit-on-window-close"         a suppressed session aggregation uses Kafka's own final-result
+//                                  emit strategy (EmitStrategy.onWindowClose, KIP-825, RocksDB
+//                                  time-ordered session store) instead of suppress(untilWindowCloses)
 //   "cogroup-one-stream-time"      a windowed cogroup built as one windowed aggregation of the inputs
 //                                  merged (one processor, so one stream time for all inputs)
 //   "absent-tombstones-dropped"    a tombstone for a key without a value in its topic is not piped
@@ -38,6 +41,7 @@ import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.TopologyConfig;
 import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.kstream.Aggregator;
+import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.CogroupedKStream;
 import org.apache.kafka.streams.kstream.Consumed;
@@ -174,6 +178,9 @@ public final class KafkaStreamsReference {
     private static <V> Materialized<String, V, SessionStore<Bytes, byte[]>> sessionStore(
             JsonNode params, Set<String> counterfactual, org.apache.kafka.common.serialization.Serde<V> serde) {
         Materialized<String, V, SessionStore<Bytes, byte[]>> m = Materialized.with(Serdes.String(), serde);
+        if (counterfactual.contains("emit-on-window-close")) {
+            m = m.withStoreType(Materialized.StoreType.ROCKS_DB);  // the time-ordered store the strategy needs
+        }
         if (counterfactual.contains("session-store-one-ms-longer")) {
             m = m.withRetention(Duration.ofMillis(params.get("gap").asLong() + params.get("grace").asLong() + 1));
         }
@@ -205,6 +212,9 @@ public final class KafkaStreamsReference {
         if (kind.equals("session")) {
             SessionWindowedKStream<String, String> sessions = grouped.windowedBy(
                     SessionWindows.ofInactivityGapAndGrace(millis(params, "gap"), millis(params, "grace")));
+            if (counterfactual.contains("emit-on-window-close")) {
+                sessions = sessions.emitStrategy(EmitStrategy.onWindowClose());
+            }
             switch (op) {
                 case "count":
                     return sessions.count(sessionStore(params, counterfactual, Serdes.Long()));
@@ -272,7 +282,9 @@ public final class KafkaStreamsReference {
         switch (family) {
             case "windowed": {
                 KTable table = windowedAggregation(builder, params, counterfactual);
-                if (params.get("suppress").asBoolean()) {
+                boolean emitsFinal = counterfactual.contains("emit-on-window-close")
+                        && params.get("window").asText().equals("session");
+                if (params.get("suppress").asBoolean() && !emitsFinal) {
                     table = table.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
                 }
                 windowedToOut(table);
@@ -491,6 +503,8 @@ public final class KafkaStreamsReference {
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, 0L);
+        // the final-result emit strategy's wall-clock throttle (the driver's clock never moves)
+        props.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION, 0L);
         return props;
     }
 
