@@ -340,6 +340,10 @@ class EmbeddedBroker:
         """The ids of ``group``'s live members (workers), sorted."""
         return self._groups.live_members(group)
 
+    def group_member_data(self, group: str) -> dict[str, bytes]:
+        """What each live member of ``group`` published with ``MemberLock.publish``, by member id."""
+        return self._groups.live_member_data(group)
+
     def task_owner(self, group: str, task_id: str) -> Optional[dict]:
         """{"pid", "host", "acquired_at"} of the live holder of the task, None if free."""
         return self._groups.task_owner(group, task_id)

@@ -6,10 +6,13 @@ belongs to a dead member (and is removed by whoever notices). The file is locked
 under a temporary name and then renamed into place, so a reader never sees a live
 member's file unlocked.
 
-Workers use the member count to share a group's tasks fairly (see
+A member may publish a few bytes about itself (:meth:`MemberLock.publish`, like the
+user data of Kafka's JoinGroup) in ``<group>/member-data/<member id>``, replaced
+atomically. Workers publish the tasks they run and hold state for, and each places
+the group's tasks by the same rule over what all published (see
 ``transport.embedded.EmbeddedMembership``); the tasks themselves stay guarded by
-their own locks, so a slow or wrong count can delay a hand-over, never let two
-workers run one task.
+their own locks, so a stale view can delay a hand-over, never let two workers run
+one task.
 """
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ import fcntl
 import os
 import uuid
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Sequence
 
 MEMBERS_DIR = "members"
+DATA_DIR = "member-data"
 _TEMP_PREFIX = "+"  # a member file being created: not a member yet
 
 
@@ -31,14 +35,26 @@ class MemberLock:
         self._fd = fd
         self._path = path
 
+    def publish(self, data: bytes) -> None:
+        """Replace what this member tells the others (read with :func:`member_data`)."""
+        if self._fd < 0:
+            raise RuntimeError(f"member {self.member_id} left its group")
+        directory = self._path.parent.parent / DATA_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        temp = directory / f"{_TEMP_PREFIX}{self.member_id}"
+        with open(temp, "wb") as f:
+            f.write(data)
+        os.replace(temp, directory / self.member_id)
+
     def leave(self) -> None:
         """Leave the group (idempotent)."""
         if self._fd < 0:
             return
-        try:
-            os.unlink(self._path)
-        except FileNotFoundError:
-            pass
+        for path in (self._path, self._path.parent.parent / DATA_DIR / self.member_id):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
         os.close(self._fd)
         self._fd = -1
 
@@ -72,6 +88,17 @@ def live_members(group_dir: Path) -> List[str]:
     return sorted(alive)
 
 
+def member_data(group_dir: Path, member_ids: Sequence[str]) -> Dict[str, bytes]:
+    """What each of ``member_ids`` last published (empty bytes: nothing yet)."""
+    out = {}
+    for member_id in member_ids:
+        try:
+            out[member_id] = (group_dir / DATA_DIR / member_id).read_bytes()
+        except FileNotFoundError:
+            out[member_id] = b""
+    return out
+
+
 def _is_held(path: Path) -> bool:
     fd: Optional[int] = None
     try:
@@ -84,8 +111,9 @@ def _is_held(path: Path) -> bool:
         return True
     finally:
         os.close(fd)  # also drops the shared lock taken when the member was dead
-    try:
-        os.unlink(path)  # its member died: nobody holds it
-    except FileNotFoundError:
-        pass
+    for dead in (path, path.parent.parent / DATA_DIR / path.name):  # its member died: nobody holds it
+        try:
+            os.unlink(dead)
+        except FileNotFoundError:
+            pass
     return False

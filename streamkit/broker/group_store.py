@@ -28,7 +28,8 @@ from typing import Callable, Iterator, Mapping, Optional
 from urllib.parse import quote, unquote
 
 from streamkit.core.records import TopicPartition
-from streamkit.broker.group_members import MemberLock, join as join_group_dir, live_members
+from streamkit.errors import StorageError
+from streamkit.broker.group_members import MemberLock, join as join_group_dir, live_members, member_data
 from streamkit.broker.errors import GroupNotEmptyError, UnknownGroupError
 
 OFFSETS_FILE = "offsets.json"
@@ -56,7 +57,9 @@ def write_json_atomic(path: Path, data: object, *, durable: bool = True) -> None
     payload = json.dumps(data, sort_keys=True, indent=1).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.write(fd, payload)
+        written = 0
+        while written < len(payload):  # a short write (disk full) is retried, to get its error
+            written += os.write(fd, memoryview(payload)[written:])
         if durable:
             os.fsync(fd)
     except BaseException:
@@ -225,7 +228,12 @@ class GroupStore:
                 out["metadata"] = notes
             if applied:
                 out["transactions"] = [[tid, seq] for tid, seq in applied.items()]
-            write_json_atomic(path, out, durable=durable)
+            try:
+                write_json_atomic(path, out, durable=durable)
+            except OSError as exc:
+                committed = ", ".join(f"{tp.topic}-{tp.partition}: {offset}" for tp, offset in sorted(entries.items()))
+                raise StorageError(f"group '{group}', file {path} (offsets {committed} not committed)",
+                                   "offset commit", exc) from exc
             return True
 
     def delete(self, group: str) -> None:
@@ -292,6 +300,11 @@ class GroupStore:
     def live_members(self, group: str) -> list[str]:
         """The ids of ``group``'s live members, sorted."""
         return live_members(self._group_dir(group))
+
+    def live_member_data(self, group: str) -> dict[str, bytes]:
+        """What each live member of ``group`` published (see MemberLock.publish), by member id."""
+        directory = self._group_dir(group)
+        return member_data(directory, live_members(directory))
 
     def try_lock_task(self, group: str, task_id: str, endpoint: Optional[str] = None) -> Optional[TaskLock]:
         """Take the task's lock without blocking; None if another holder has it.

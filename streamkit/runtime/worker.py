@@ -499,6 +499,10 @@ class Worker(CommitSteps):
             for tid in sorted(self._assigned_tasks - assignment.active - set(self.tasks)):
                 self._membership.release(tid)
         self._assigned_tasks = frozenset(assignment.active)
+        # The group moved tasks: a reader of this worker's repartition output may restart on
+        # another worker from its last commit, past this worker's last progress marker, and
+        # would wait for that writer forever. Announce every task's progress again.
+        self._announced.clear()
         new = [tid for tid in sorted(assignment.active, key=parse_task_id) if tid not in self.tasks]
         # A standby promoted to active, or dropped, closes first: its store files get reopened.
         self._standbys.keep(assignment.standby - assignment.active)

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..base import (Admin, Consumer, FetchedBatch, GroupPlan, Membership, OutgoingRecord, Producer, TaskAssignment,
                     TopicPartition, Transport)
+from ..task_assignment import MemberState, assign_tasks, plan_fingerprint, task_order
 from ...errors import TaskMigratedError
 from ...broker.broker import EmbeddedBroker
 from ...broker.errors import CorruptLogError, ProducerFencedError
+
+log = logging.getLogger(__name__)
 
 Admin.register(EmbeddedBroker)  # the broker implements the Admin interface without importing it
 
@@ -159,46 +163,100 @@ class EmbeddedProducer(Producer):
 
 
 class EmbeddedMembership(Membership):
-    """Task ownership through OS file locks: freed when a worker exits or is killed.
+    """Task ownership through OS file locks, placed by the rule Kafka's group leader applies.
 
-    Every worker of the app is a live member of its group (see broker.group_members)
-    and runs at most its fair share of the tasks, ``ceil(tasks / members)``. Every
-    ``poll_interval`` it takes free tasks up to its share, and when its share shrank (a
-    worker joined) it gives back the tasks beyond it, highest task ids first, once the
-    worker has committed them (:meth:`revocation_pending`); the other worker takes them
-    at its next poll. So workers started on one directory split the work, and a
-    stopped or killed worker's tasks are taken over.
+    Every worker of the app is a live member of its group (see broker.group_members) and
+    publishes the tasks it runs and those it holds local state for. Every
+    ``poll_interval`` it places the app's tasks over the live members with
+    :func:`~streamkit.transport.task_assignment.assign_tasks` (stateful and stateless
+    tasks balanced each on its own; a task stays where it runs, else goes where its
+    state is, else to the least loaded) and runs its own part: it takes those of its
+    tasks nobody holds, and gives back the tasks placed on others once it has committed
+    them (:meth:`revocation_pending`); their new owner takes them at its next poll.
+    Every worker computes the same placement from what the members published, so a
+    worker joining gets its share of the stateful and of the stateless tasks, and a
+    stopped or killed worker's tasks are shared among the survivors the same way. The
+    task locks guard each task: a stale view can delay a hand-over, never let two
+    workers run one task.
     """
 
     def __init__(self, broker: EmbeddedBroker, group: str, plan: GroupPlan, poll_interval: float = 0.25) -> None:
         self._broker = broker
         self._group = group
-        self._tasks = sorted(plan.tasks, key=_task_order)
+        self._tasks = sorted(plan.tasks, key=task_order)
+        self._stateful = frozenset(plan.stateful)
+        self._local_state = plan.local_state
+        self._plan = plan_fingerprint(plan.tasks)
         self._locks: Dict[str, object] = {}
         """The tasks assigned to this worker."""
         self._giving_back: Dict[str, object] = {}
         """Tasks dropped from the assignment whose locks go when the worker closes them."""
         self._surplus: List[str] = []
-        """Tasks beyond this worker's share, given back once the worker committed them."""
+        """Tasks placed on other members, given back once the worker committed them."""
+        self._target: FrozenSet[str] = frozenset()
+        """This worker's part of the group's latest placement."""
+        self._placement: Set[FrozenSet[str]] = set()
+        """The task sets of the group's latest placement."""
         self._changed = False
         self._poll_interval = poll_interval
         self._next_poll = 0.0
         self._next_share_check = 0.0
+        self._published = b""
+        self._strangers: FrozenSet[str] = frozenset()
         self._member = broker.join_group(group)
         self._endpoint = plan.endpoint
 
-    def _share(self) -> int:
-        members = max(1, len(self._broker.group_members(self._group)))
-        return -(-len(self._tasks) // members)
+    def _own_state(self) -> MemberState:
+        running = frozenset(self._locks)
+        return MemberState(running, frozenset(self._local_state()) | running, self._plan, self._endpoint)
+
+    def _publish(self) -> MemberState:
+        """Tell the group what this worker runs and holds state for (when that changed)."""
+        state = self._own_state()
+        data = state.encode()
+        if data != self._published:
+            self._member.publish(data)
+            self._published = data
+        return state
+
+    def _place(self) -> None:
+        """Place the group's tasks over its live members; keep this worker's part in ``_target``."""
+        mine = self._publish()
+        # A member that has not published yet is still starting (its state directory not yet
+        # known): it joins the placement with its first publication, so the tasks it holds
+        # state for are not handed to it as if it held none.
+        states = {member: MemberState.decode(data)
+                  for member, data in self._broker.group_member_data(self._group).items() if data}
+        states[self._member.member_id] = mine
+        strangers = frozenset(m for m, s in states.items() if s.plan and s.plan != self._plan)
+        if strangers != self._strangers and strangers:
+            log.error("group %s: members %s run a different topology than this worker (plan %s): their "
+                      "tasks would not line up; placing tasks as if they were not there", self._group,
+                      ", ".join(sorted(strangers)), self._plan)
+        self._strangers = strangers
+        for member in strangers:
+            del states[member]
+        placement = assign_tasks(self._tasks, states, stateful=self._stateful)
+        target = placement[self._member.member_id].active
+        moved = {frozenset(a.active) for a in placement.values()} != self._placement
+        if moved and self._placement and self._locks:
+            # Tasks moved between other members: hand this worker its (unchanged) assignment
+            # again, as a Kafka rebalance would, so it announces its progress to their readers.
+            self._changed = True
+        self._placement = {frozenset(a.active) for a in placement.values()}
+        if target != self._target:
+            stateful = len(target & self._stateful)
+            log.info("group %s of %d member(s): this worker's share is %d task(s), %d stateful and %d "
+                     "stateless", self._group, len(states), len(target), stateful, len(target) - stateful)
+        self._target = target
 
     def revocation_pending(self) -> bool:
         if not self._surplus and self._locks:
             now = time.monotonic()
             if now >= self._next_share_check:
                 self._next_share_check = now + self._poll_interval
-                extra = len(self._locks) - self._share()
-                if extra > 0:
-                    self._surplus = sorted(self._locks, key=_task_order)[-extra:]
+                self._place()
+                self._surplus = sorted((t for t in self._locks if t not in self._target), key=task_order)
         return bool(self._surplus)
 
     def revocation_committed(self) -> None:
@@ -208,6 +266,7 @@ class EmbeddedMembership(Membership):
                 self._giving_back[task_id] = lock
         self._surplus = []
         self._changed = True
+        self._publish()
 
     async def poll(self) -> Optional[TaskAssignment]:
         if self._changed:
@@ -217,11 +276,12 @@ class EmbeddedMembership(Membership):
         if now < self._next_poll:
             return None
         self._next_poll = now + self._poll_interval
-        room = self._share() - len(self._locks)
-        if room <= 0:
+        self._place()
+        taken = self.acquire([t for t in self._tasks if t in self._target and t not in self._locks])
+        if not taken:
             return None
-        taken = self.acquire([t for t in self._tasks if t not in self._locks], limit=room)
-        return TaskAssignment(frozenset(self._locks)) if taken else None
+        self._publish()
+        return TaskAssignment(frozenset(self._locks))
 
     async def aclose(self) -> None:
         for task_id in list(self._locks) + list(self._giving_back):
@@ -294,8 +354,3 @@ class EmbeddedTransport(Transport):
 
     def close(self) -> None:
         self.broker.close()
-
-
-def _task_order(task_id: str) -> tuple:
-    """Task ids (``<sub-topology>_<partition>``) in numeric order."""
-    return tuple(int(part) if part.isdigit() else part for part in task_id.split("_"))
