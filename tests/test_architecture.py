@@ -27,7 +27,7 @@ LAYERS: Dict[str, int] = {
     # 5: the runtime that runs it
     "runtime": 5,
     # 6: what users run: the app, the test driver, the Spark replay, operating workers
-    "app": 6, "testing": 6, "spark": 6, "operations": 6,
+    "app": 6, "testing": 6, "spark": 6, "operations": 6, "mirror": 6,
     # 7: entry points
     "cli": 7, "__main__": 7, "__init__": 7,
 }

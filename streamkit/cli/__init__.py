@@ -13,6 +13,7 @@ from .consume import consume
 from .demo import demo
 from .groups import groups
 from .lag import lag
+from .mirror import mirror
 from .produce import produce
 from .registry import registry
 from .replay import replay
@@ -53,6 +54,7 @@ def cli(log_level: str, config_file: Optional[str]) -> None:
 
 for command in (worker, describe, topics, produce, consume, groups, lag, demo, replay, registry):
     cli.add_command(command)
+cli.add_command(mirror)
 
 
 def main() -> None:

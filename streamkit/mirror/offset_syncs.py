@@ -1,0 +1,96 @@
+"""The source → target offset map a mirror records as it copies (MirrorMaker 2's offset syncs).
+
+A partition copied 1:1 gets its source records in order, but at other offsets: the
+target's transaction markers take offsets too, and the source's own markers, aborted
+and compacted records leave gaps the copy does not have. Within one transaction, the
+mirror's records of a target partition are contiguous (the mirror is that partition's
+only writer), so the map is a list of *runs*: ``count`` records at consecutive source
+offsets from ``source``, copied to consecutive target offsets from ``target``. Each
+transaction appends, to ``streamkit-mirror.<name>.offset-syncs`` on the target and in
+the same transaction as the records, one sync per partition it copied to: the runs of
+that copy. The map is exact: every copied record's target offset is known.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, field
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from ..core.records import TopicPartition
+
+
+class OffsetRun(NamedTuple):
+    """``count`` records at source offsets ``source``.. copied to target offsets ``target``.."""
+
+    source: int
+    target: int
+    count: int
+
+
+def runs_of(source_offsets: Sequence[int], first_target: int) -> List[OffsetRun]:
+    """The runs of records at ``source_offsets`` (increasing) appended from ``first_target`` on."""
+    runs: List[OffsetRun] = []
+    for i, offset in enumerate(source_offsets):
+        last = runs[-1] if runs else None
+        if last is not None and offset == last.source + last.count:
+            runs[-1] = last._replace(count=last.count + 1)
+        else:
+            runs.append(OffsetRun(offset, first_target + i, 1))
+    return runs
+
+
+@dataclass
+class PartitionOffsetMap:
+    """Every run recorded for one partition, in order."""
+
+    runs: List[OffsetRun] = field(default_factory=list)
+
+    def add(self, runs: Sequence[OffsetRun]) -> None:
+        self.runs.extend(runs)
+
+    def _ends(self) -> List[int]:
+        return [run.source + run.count for run in self.runs]
+
+    def position(self, source_position: int) -> int:
+        """The target position matching ``source_position`` (the next source offset to read)
+        of a partition mirrored up to at least there: the target offset of the first copied
+        record at or after it, else the offset after the last copied record (0 before any)."""
+        index = bisect.bisect_right(self._ends(), source_position)
+        if index < len(self.runs):
+            run = self.runs[index]
+            return run.target + max(0, source_position - run.source)
+        if self.runs:
+            last = self.runs[-1]
+            return last.target + last.count
+        return 0
+
+    def record(self, source_offset: int) -> Optional[int]:
+        """The target offset of the copied record at ``source_offset`` (None: none copied there)."""
+        index = bisect.bisect_right(self._ends(), source_offset)
+        if index < len(self.runs) and self.runs[index].source <= source_offset:
+            run = self.runs[index]
+            return run.target + source_offset - run.source
+        return None
+
+
+def encode_sync(partition: TopicPartition, runs: Sequence[OffsetRun]) -> Tuple[bytes, bytes]:
+    """(key, value) of the sync record of ``runs`` copied to ``partition``."""
+    key = f"{partition.topic}/{partition.partition}".encode()
+    value = json.dumps({"topic": partition.topic, "partition": partition.partition,
+                        "runs": [list(run) for run in runs]}, separators=(",", ":")).encode()
+    return key, value
+
+
+def decode_sync(value: bytes) -> Tuple[TopicPartition, List[OffsetRun]]:
+    data = json.loads(value)
+    return TopicPartition(data["topic"], int(data["partition"])), [OffsetRun(*map(int, r)) for r in data["runs"]]
+
+
+def offset_map(values: Sequence[bytes]) -> Dict[TopicPartition, PartitionOffsetMap]:
+    """The map per partition from the sync records' values, in the order written."""
+    maps: Dict[TopicPartition, PartitionOffsetMap] = {}
+    for value in values:
+        partition, runs = decode_sync(value)
+        maps.setdefault(partition, PartitionOffsetMap()).add(runs)
+    return maps
