@@ -342,21 +342,25 @@ def _named_extractor(node: SourceNode) -> Optional[Callable[[Any, Any], Any]]:
 
 
 def to_millis(timestamp: Any, node: str) -> int:
-    """Coerce an extracted timestamp (epoch ms as an int or finite float, or an aware
-    datetime) to int ms; reject anything else, and values outside 0..2^63-1 (a Kafka
-    record timestamp is a signed 64-bit number)."""
+    """Check an extracted timestamp (epoch ms as an int, or an aware datetime) and return
+    it as int ms; reject anything else, floats included (a Kafka record timestamp is a
+    signed 64-bit integer: a float would be rounded or truncated silently), and values
+    outside 0..2^63-1."""
     if isinstance(timestamp, datetime):
         if timestamp.tzinfo is None:
             raise UserFunctionError(node, ValueError(
                 f"timestamp extractor returned a naive datetime {timestamp!r}: give it a timezone"))
         millis = int(timestamp.timestamp() * 1000)
-    elif isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
+    elif isinstance(timestamp, float):
+        what = "a non-finite timestamp" if not math.isfinite(timestamp) else "a float timestamp"
+        raise UserFunctionError(node, TypeError(
+            f"timestamp extractor returned {what} {timestamp!r}: return int epoch milliseconds "
+            "(e.g. int(seconds * 1000)) or an aware datetime"))
+    elif isinstance(timestamp, bool) or not isinstance(timestamp, int):
         raise UserFunctionError(node, TypeError(
             f"timestamp extractor must return epoch milliseconds (int) or a datetime, got {timestamp!r}"))
-    elif isinstance(timestamp, float) and not math.isfinite(timestamp):
-        raise UserFunctionError(node, ValueError(f"timestamp extractor returned a non-finite timestamp {timestamp}"))
     else:
-        millis = int(timestamp)
+        millis = timestamp
     if millis < 0:
         raise UserFunctionError(node, ValueError(f"timestamp extractor returned a negative timestamp {timestamp!r}"))
     if millis > MAX_TIMESTAMP:

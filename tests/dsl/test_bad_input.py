@@ -16,15 +16,17 @@ from .conftest import rec
 OUT_OF_RANGE = [
     (2 ** 63, "beyond the largest record timestamp"),
     (2 ** 64 + 1, "beyond the largest record timestamp"),
-    (1e19, "beyond the largest record timestamp"),
+    (1e19, "a float timestamp"),
+    (1700000000000.0, "a float timestamp"),
+    (1.5, "a float timestamp"),
     (math.inf, "non-finite timestamp"),
     (math.nan, "non-finite timestamp"),
     (-1, "negative timestamp"),
-    (-0.5e3, "negative timestamp"),
+    (-0.5e3, "a float timestamp"),
     (True, "must return epoch milliseconds"),
     (datetime(1969, 12, 31, tzinfo=timezone.utc), "negative timestamp"),
 ]
-IDS = ["2^63", "2^64+1", "float-1e19", "inf", "nan", "negative-int", "negative-float", "bool",
+IDS = ["2^63", "2^64+1", "float-1e19", "whole-float", "fraction-float", "inf", "nan", "negative-int", "negative-float", "bool",
        "datetime-before-1970"]
 
 
