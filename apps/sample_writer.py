@@ -7,7 +7,7 @@ import asyncio
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from streamkit.transport.base import Transport
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 Batch = Tuple[str, int, list]
 

@@ -56,7 +56,7 @@ from streamkit.runtime.worker import tune_gc_for_streaming
 from streamkit.serdes import compact_json
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 PARTITIONS = 3
 PAGES = 1000
@@ -145,9 +145,9 @@ def verify_filter_map_avro(transport: EmbeddedTransport, expected: Counter) -> N
 
     from fastavro import parse_schema, schemaless_reader
 
-    from streamkit.schemas.registry.service import SchemaRegistry
+    from streamkit.schemas.registry.broker_log import registry_on_broker
 
-    registry = SchemaRegistry.on_broker(transport.url)
+    registry = registry_on_broker(transport.url)
     try:
         registered = registry.latest_version("filtered-value")
     finally:

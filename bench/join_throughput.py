@@ -69,7 +69,7 @@ from bench.embedded_throughput import PARTITIONS, ROOT, read_topic, run_worker_p
 from streamkit.serdes import compact_json
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 Record = Tuple[bytes, bytes, int]
 """(key, value, timestamp) as produced."""

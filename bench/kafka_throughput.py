@@ -352,7 +352,7 @@ async def delete_topics(bootstrap: str, prefix: str) -> None:
 
 async def produce(bootstrap: str, topic: str, events: Sequence[Event], partitions: int = PARTITIONS) -> None:
     """Write the events in large record batches, partitioned as Kafka's default partitioner."""
-    from streamkit.transport.partitioner import partition_for_key
+    from streamkit.core.partitioner import partition_for_key
 
     per_partition: Dict[int, List[Event]] = {p: [] for p in range(partitions)}
     for event in events:

@@ -40,7 +40,7 @@ from bench.peers.frameworks.streamkit import build_app
 from bench.peers.workload import SCENARIOS, make_events
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 SOURCE, SINK = "events", "out"
 UNTIL_IDLE = 2.0

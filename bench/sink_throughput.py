@@ -73,7 +73,7 @@ from bench.embedded_throughput import (PARTITIONS, ROOT, make_events, produce, r
                                       run_worker_process, time_worker)
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 KEYS = 10_000
 ROLL_RECORDS = 100_000

@@ -72,7 +72,7 @@ from bench.join_throughput import produce_to
 from streamkit.serdes import compact_json
 from streamkit.transport.base import TopicPartition
 from streamkit.transport.embedded.transport import EmbeddedTransport
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 PAGES = 1000
 USERS = 10_000

@@ -11,6 +11,7 @@ from .dsl.global_table import GlobalTable
 from .errors import (ConfigError, RecordError, SerializationError, SinkError, StreamkitError, TopologyError,
                      TransientSinkError, UserFunctionError)
 from .processor import ProcessorContext, Punctuation
+from .schemas.registry_resolution import use_broker_registry as _use_broker_registry
 from .topics import TopicSpec
 from .windowing import (HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, Windowed,
                         WindowedSerde)
@@ -26,6 +27,17 @@ __all__ = [
     "SinkError", "TransientSinkError",
 ]
 __version__ = "0.1.0"
+
+
+def _registry_on_broker(broker_url: str):
+    # The serdes sit below the transports, so the package wires them here: a serde with
+    # registry="embedded" bound to a broker opens the registry kept on that broker.
+    from .schemas.registry.broker_log import registry_on_broker
+
+    return registry_on_broker(broker_url)
+
+
+_use_broker_registry(_registry_on_broker)
 
 
 def __getattr__(name: str):

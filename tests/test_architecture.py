@@ -1,13 +1,17 @@
 """The package's shape: layers import downwards only, and ``import streamkit`` loads no
-heavy library (issue 20). An import inside a function counts too: it is still a
-dependency of the module."""
+heavy library (issue 20); no import circle between files, the runtime's rooms one-way,
+serdes free of any transport, no module over 500 lines without a reason (issue 35).
+
+An import inside a function, or under ``if TYPE_CHECKING``, counts too: it is still a
+dependency of the module. Only :func:`test_no_module_level_import_cycle` looks at
+module-level imports alone (what Python runs while importing a module)."""
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Set, Tuple
 
 import streamkit
 
@@ -145,3 +149,191 @@ def test_no_module_level_import_cycle() -> None:
              for module, path in _modules()}
     graph = {module: _module_level_imports(module, path, set(paths)) - {module} for module, path in paths.items()}
     _assert_acyclic(graph)
+
+
+# --------------------------------------------------------------- issue 35: files
+
+def _known_modules() -> Dict[str, Path]:
+    """Every module by dotted name (a package by its own name, not ``.__init__``)."""
+    return {(module[:-len(".__init__")] if module.endswith(".__init__") else module): path
+            for module, path in _modules()}
+
+
+def _file_imports(module: str, path: Path, known: Set[str]) -> Set[str]:
+    """The streamkit modules ``module`` imports anywhere in its file (module scope, in
+    functions, under ``if TYPE_CHECKING``), resolved to modules: ``from .x import y``
+    is ``x.y`` when ``y`` is a module, else ``x``."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: Set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            target = (".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                      if node.level else node.module or "")
+            submodules = {f"{target}.{a.name}" for a in node.names} & known
+            found.update(submodules)
+            if target in known and len(submodules) < len(node.names):
+                found.add(target)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in known)
+    return found - {module}
+
+
+def _file_graph() -> Dict[str, Set[str]]:
+    known = _known_modules()
+    return {module: _file_imports(module, path, set(known)) for module, path in known.items()}
+
+
+def _circles(graph: Dict[str, Set[str]]) -> List[FrozenSet[str]]:
+    """The strongly connected groups of more than one module (Tarjan, iterative)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[FrozenSet[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in graph:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.add(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        found.append(frozenset(group))
+    return found
+
+
+KNOWN_CIRCLES: Tuple[FrozenSet[str], ...] = (
+    # Being broken by the DSL engineer at the same time as this check was added (issue 35
+    # item 4): delete the entry once the circle is gone (the test says so).
+    frozenset({"streamkit.dsl.cogrouped", "streamkit.dsl.grouped", "streamkit.dsl.stream",
+               "streamkit.dsl.table", "streamkit.dsl.windowed_streams"}),
+)
+"""Circles still allowed, each as the exact set of files it may span."""
+
+
+def test_no_import_circle_between_files() -> None:
+    """No file needs, directly or through others, a file that needs it back; imports in
+    functions and under ``TYPE_CHECKING`` count (a circle broken only at run time is
+    still a circle to whoever reads or changes the code)."""
+    circles = _circles(_file_graph())
+    unexpected = [sorted(c) for c in circles if not any(c <= known for known in KNOWN_CIRCLES)]
+    assert not unexpected, "files importing each other in a circle:\n" + "\n".join(
+        " <-> ".join(c) for c in unexpected)
+    gone = [sorted(known) for known in KNOWN_CIRCLES if not any(c & known for c in circles)]
+    assert not gone, f"these circles are broken: delete them from KNOWN_CIRCLES: {gone}"
+
+
+def test_the_file_circle_check_finds_circles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert _circles(graph) == [frozenset({"a", "b", "c"})]
+
+
+RUNTIME_ROOMS: Dict[str, int] = {"ordering": 0, "operators": 1, "task": 2, "worker": 3}
+"""The rooms of ``runtime/`` (its sub-packages, issue 35 item 2) by rank: a room imports
+only rooms of lower rank (the worker runs tasks, tasks run operators, operators stamp
+records for the ordering), never one above. Modules directly in ``runtime/`` are not in
+a room yet and are not checked; a new sub-package must be given a rank here."""
+
+
+def _runtime_room(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "runtime" else ""
+
+
+def test_every_runtime_subpackage_is_a_room() -> None:
+    rooms = {path.parent.name for path in (PACKAGE / "runtime").glob("*/__init__.py")}
+    assert rooms <= set(RUNTIME_ROOMS), f"give these runtime rooms a rank in RUNTIME_ROOMS: {sorted(rooms - set(RUNTIME_ROOMS))}"
+
+
+def test_runtime_rooms_import_one_way() -> None:
+    wrong = []
+    for module, targets in _file_graph().items():
+        room = _runtime_room(module)
+        if not room:
+            continue
+        for target in sorted(targets):
+            other = _runtime_room(target) or (target.split(".")[2] if target.startswith("streamkit.runtime.")
+                                               and target.split(".")[2] in RUNTIME_ROOMS else "")
+            if other and other != room and RUNTIME_ROOMS[other] >= RUNTIME_ROOMS[room]:
+                wrong.append(f"{module} ({room}) imports {target} ({other})")
+    assert not wrong, "runtime rooms importing upwards or sideways:\n" + "\n".join(wrong)
+
+
+def _loaded_with(start: Iterable[str], graph: Dict[str, Set[str]]) -> Dict[str, str]:
+    """Every module that importing ``start`` may load, each with the module that needs
+    it; a module loads its parent packages too (the root ``streamkit`` aside: it is
+    the entry point, loaded first by any import, and depends on everything)."""
+    needed_by: Dict[str, str] = {}
+    pending = list(start)
+    while pending:
+        module = pending.pop()
+        parents = [".".join(module.split(".")[:n]) for n in range(2, len(module.split(".")))]
+        for nxt in sorted(graph.get(module, set()) | {p for p in parents if p in graph}):
+            if nxt not in needed_by and nxt not in start:
+                needed_by[nxt] = module
+                pending.append(nxt)
+    return needed_by
+
+
+def test_serdes_import_no_transport() -> None:
+    """The layer that turns bytes into values needs no broker client, not even through
+    the schema registry: a registry kept on a broker is installed by the package's
+    entry point (``streamkit/__init__.py``), never imported by a serde."""
+    graph = _file_graph()
+    serdes = [m for m in graph if m == "streamkit.serdes" or m.startswith("streamkit.serdes.")]
+    needed_by = _loaded_with(serdes, graph)
+    reached = sorted(m for m in needed_by if _top(m) in ("transport", "broker"))
+
+    def chain(module: str) -> str:
+        links = [module]
+        while links[-1] in needed_by:
+            links.append(needed_by[links[-1]])
+        return " <- ".join(links)
+
+    assert not reached, "serdes reach a transport:\n" + "\n".join(chain(m) for m in reached)
+
+
+MAX_LINES = 500
+LONG_MODULES: Dict[str, str] = {
+    "runtime/worker.py": "being split into runtime/worker/ (issue 35 item 1)",
+    "broker/reader.py": "one class, the read loop: its methods share the reader's cursor on the broker's "
+                        "hottest path (see its docstring)",
+    "operations/http_server.py": "not split yet: its owner is changing it (issue 35 item 6, open)",
+}
+"""Modules allowed over MAX_LINES, by path under ``streamkit/``, each with its reason."""
+
+
+def test_no_module_over_500_lines_without_a_reason() -> None:
+    sizes = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines())
+             for _module, path in _modules()}
+    long = sorted(f"{name} ({lines} lines)" for name, lines in sizes.items()
+                  if lines > MAX_LINES and name not in LONG_MODULES)
+    assert not long, f"split these modules, or list them in LONG_MODULES with the reason: {long}"
+    stale = sorted(name for name in LONG_MODULES if sizes.get(name, 0) <= MAX_LINES)
+    assert not stale, f"these modules are no longer over {MAX_LINES} lines: delete them from LONG_MODULES: {stale}"
+

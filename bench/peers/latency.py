@@ -129,11 +129,14 @@ async def offer_and_observe(send: Callable[[List[Tuple[bytes, bytes, int]]], Any
 async def kafka_session(bootstrap: str, source: str, sink: str, rate: int, seconds: float) -> dict:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    from streamkit.transport.partitioner import partition_for_key
+    from streamkit.core.partitioner import partition_for_key
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    # read_committed: a transactional framework's outputs count when they are committed (for
+    # the others it changes nothing: records outside transactions are readable at once)
     reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                              auto_offset_reset="earliest", fetch_max_wait_ms=FETCH_MAX_WAIT_MS)
+                              auto_offset_reset="earliest", fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+                              isolation_level="read_committed")
     await producer.start()
     await reader.start()
     try:
@@ -192,7 +195,7 @@ def stop(child: subprocess.Popen) -> None:
 # -- embedded ------------------------------------------------------------------------------
 def measure_embedded(rate: int, seconds: float, verbose: bool = False) -> dict:
     from streamkit.transport.embedded.transport import EmbeddedTransport
-    from streamkit.transport.partitioner import partition_for_key
+    from streamkit.core.partitioner import partition_for_key
 
     directory = tempfile.mkdtemp(prefix="sk-peers-latency-embedded-")
     transport = EmbeddedTransport(directory)

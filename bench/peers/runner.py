@@ -62,7 +62,7 @@ def produce_with_exact_ends(bootstrap: str, topic: str, records: Sequence[Event]
     that waits for a table to be read up to the end offset before joining events (streamkit's
     timestamp synchronization, Quix's join_asof) would stop waiting early and miss rows; with
     a last batch of one record the reported end is exact. Apache Kafka needs none of this."""
-    from streamkit.transport.partitioner import partition_for_key
+    from streamkit.core.partitioner import partition_for_key
 
     last: Dict[int, int] = {partition_for_key(key, PARTITIONS): i for i, (key, _, _) in enumerate(records)}
     tails = set(last.values())

@@ -17,16 +17,14 @@ from __future__ import annotations
 import bisect
 import os
 import zlib
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from streamkit.broker.batch_format import (
     CRC_START, FLAG_CONTROL, FLAG_TRANSACTIONAL, HEADER, PEEK_SIZE, batch_span, header_is_valid,
     marker_is_commit)
 from streamkit.broker.errors import SegmentGapError
 from streamkit.broker.segment_files import READ_CHUNK, list_segments, segment_file_name
-
-if TYPE_CHECKING:
-    from streamkit.broker.partition_log import PartitionLog
+from streamkit.broker.segment_scan import PartitionFiles
 
 _unpack_header = HEADER.unpack_from
 _crc32 = zlib.crc32
@@ -41,7 +39,7 @@ class BatchWalker:
     Owns `fd` (an open segment file positioned by `pos`). Not thread-safe.
     """
 
-    def __init__(self, log: "PartitionLog", segment: int, fd: int, pos: int,
+    def __init__(self, log: PartitionFiles, segment: int, fd: int, pos: int,
                  offset: int) -> None:
         self._log = log
         self._segment = segment
@@ -55,7 +53,7 @@ class BatchWalker:
         self._want = READ_CHUNK
 
     @classmethod
-    def at_start(cls, log: "PartitionLog") -> Optional["BatchWalker"]:
+    def at_start(cls, log: PartitionFiles) -> Optional["BatchWalker"]:
         """A walker at the first batch of the partition; None if it has no segment."""
         for base in list_segments(log.directory):
             try:
@@ -177,7 +175,7 @@ class BatchWalker:
 class TxnTracker:
     """The open transactions of one partition, kept up to date incrementally."""
 
-    def __init__(self, log: "PartitionLog") -> None:
+    def __init__(self, log: PartitionFiles) -> None:
         self._log = log
         self._walker: Optional[BatchWalker] = None
         self._open: dict[int, int] = {}  # transaction id -> first offset in this partition

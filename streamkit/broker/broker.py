@@ -38,6 +38,7 @@ from streamkit.broker.segment_files import LOCK_FILE_NAME, segment_file_name
 from streamkit.broker.reader import PartitionReader
 from streamkit.broker.retention import drop_segments_below_start
 from streamkit.broker.topic_config import TopicConfig, validate_topic_config
+from streamkit.broker.transaction_outcomes import TransactionOutcomes
 from streamkit.broker.transactions import Transaction, TransactionCoordinator
 
 META_FILE = "meta.json"
@@ -77,8 +78,9 @@ class EmbeddedBroker:
         self._logs: dict[tuple[str, int], PartitionLog] = {}  # the append fast path
         self._readers: "weakref.WeakSet[PartitionReader]" = weakref.WeakSet()
         self._task_locks: set[TaskLock] = set()  # strong: a dropped lock is still released
-        self._transactions = TransactionCoordinator(self, self.directory / "transactions")
-        self._housekeeper = Housekeeper(self)
+        self._transactions = TransactionCoordinator(TransactionOutcomes(self._log, self._groups),
+                                                    self.directory / "transactions")
+        self._housekeeper = Housekeeper(self.list_topics, self._log)
         self._closed = False
         self._closing = False
 

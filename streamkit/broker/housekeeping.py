@@ -13,18 +13,16 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
+from streamkit.core.records import TopicMetadata
 from streamkit.broker.compaction import compact
 from streamkit.broker.errors import EmbeddedBrokerError, UnknownTopicError
-from streamkit.broker.partition_log import PartitionLog
+from streamkit.broker.partition_log import LogOpener, PartitionLog
 from streamkit.broker.segment_files import CLEANER_LOCK_NAME, TEMP_PREFIX
 from streamkit.broker.retention import apply_retention, drop_segments_below_start
 from streamkit.broker.sealed_segment import SegmentStats, segment_stats
 from streamkit.broker.topic_config import TopicConfig
-
-if TYPE_CHECKING:
-    from streamkit.broker.broker import EmbeddedBroker
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +30,12 @@ _MAX_CACHED_STATS = 10_000
 
 
 class Housekeeper:
-    """Runs retention and compaction for one broker, on demand or in a daemon thread."""
+    """Runs retention and compaction for one broker (over the topics ``list_topics``
+    names, on the logs ``open_log`` opens), on demand or in a daemon thread."""
 
-    def __init__(self, broker: "EmbeddedBroker") -> None:
-        self._broker = broker
+    def __init__(self, list_topics: Callable[[], list[TopicMetadata]], open_log: LogOpener) -> None:
+        self._list_topics = list_topics
+        self._open_log = open_log
         self._stats: dict[tuple[str, int, int, int], SegmentStats] = {}
         self._mutex = threading.Lock()  # one pass at a time in this broker
         self._thread: Optional[threading.Thread] = None
@@ -47,12 +47,12 @@ class Housekeeper:
         now = int(time.time() * 1000) if now_ms is None else int(now_ms)
         result: dict[str, dict[str, int]] = {}
         with self._mutex:
-            for metadata in self._broker.list_topics():
+            for metadata in self._list_topics():
                 config = TopicConfig.parse(metadata.config, metadata.name)
                 counts = {"segments_deleted": 0, "records_removed": 0, "segments_compacted": 0}
                 for partition in range(metadata.partitions):
                     try:
-                        log = self._broker._log(metadata.name, partition, refresh=True)
+                        log = self._open_log(metadata.name, partition, refresh=True)
                         self._partition(log, config, now, counts)
                     except (UnknownTopicError, FileNotFoundError):
                         logger.debug("topic '%s' went away during housekeeping", metadata.name)

@@ -33,139 +33,48 @@ file would otherwise make readers stop at the gap or writers append around it.
 """
 from __future__ import annotations
 
-import bisect
 import fcntl
 import logging
 import os
 import threading
-import zlib
-from array import array
-from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Callable, Iterator, NamedTuple, Optional, Sequence
+from typing import Callable, Iterator, Optional, Protocol, Sequence
 
 from streamkit.core.records import OutgoingRecord, PartitionOffsets
 from streamkit.errors import StorageError
 from streamkit.broker.batch_format import (
-    CRC_START, FLAG_TRANSACTIONAL, HEADER, PEEK_SIZE, batch_span, encode_batch,
-    encode_marker, header_is_valid, rebase_batch)
+    FLAG_TRANSACTIONAL, HEADER, PEEK_SIZE, batch_span, encode_batch, encode_marker, rebase_batch)
 from streamkit.broker.batch_walker import TxnTracker
-from streamkit.broker.errors import CorruptLogError, EmbeddedBrokerError, SegmentGapError
+from streamkit.broker.errors import CorruptLogError, EmbeddedBrokerError
 from streamkit.broker.reader import PartitionReader
+from streamkit.broker.segment_check import verify_segments
 from streamkit.broker.segment_files import (
-    BAD_CRC, BAD_HEADER, CLEANER_CHECKPOINT_FILE, INCOMPLETE, INDEX_INTERVAL, LOCK_FILE_NAME, READ_CHUNK,
-    START_OFFSET_FILE, find_valid_batch, fsync_dir, is_segment_name, list_segments, misnamed_segments,
-    read_cleaner_checkpoint, read_int_file, segment_file_name, write_int_file)
+    BAD_CRC, CLEANER_CHECKPOINT_FILE, INDEX_INTERVAL, LOCK_FILE_NAME, START_OFFSET_FILE, find_valid_batch,
+    fsync_dir, list_segments, read_cleaner_checkpoint, read_int_file, segment_file_name, write_int_file)
+from streamkit.broker.segment_scan import ScanResult, SparseIndex, scan_segment
 
 logger = logging.getLogger(__name__)
 
 MAX_BATCH_BYTES = 4 << 20  # larger appends are split into several batches
-INDEXED_SEGMENTS = 16  # per partition; 16 KiB of index per 64 MiB segment
 MAX_UNSYNCED_SEGMENTS = 4  # rolled-away segments kept open until sync()
 
 _unpack_header = HEADER.unpack_from
-_crc32 = zlib.crc32
-
-SegmentKey = tuple[int, int]
-"""(base offset, inode) of a segment file: a file replaced by the cleaner is another key."""
 
 
 class LogGoneError(EmbeddedBrokerError):
     """The partition directory was deleted (or replaced) under an open log."""
 
 
-class _ScanResult(NamedTuple):
-    pos: int  # end of the last valid batch
-    offset: int  # offset after the last valid batch
-    size: int  # file size seen
-    problem: Optional[str]  # what is wrong at `pos`, if the file does not end there
-
-
-def scan_segment(fd: int, pos: int, offset: int,
-                 index: Optional[tuple["SparseIndex", SegmentKey]] = None) -> _ScanResult:
-    """Walk batch headers from `pos` (a batch start with base `offset`) to the end.
-
-    Only the batch that ends exactly at the end of the file has its CRC checked: it
-    is the only one a crashed writer can have left behind. Batch positions go to
-    `index` = (sparse index, segment key) if given.
-    """
-    size = os.fstat(fd).st_size
-    index_due = index[0].next_due(index[1]) if index else size
-    chunk, chunk_pos, want = b"", pos, READ_CHUNK
-    while pos < size:
-        rel = pos - chunk_pos
-        if rel + PEEK_SIZE > len(chunk):
-            chunk = os.pread(fd, min(want, size - pos), pos)
-            chunk_pos, rel = pos, 0
-            if len(chunk) < PEEK_SIZE:
-                return _ScanResult(pos, offset, size, INCOMPLETE)
-        length, crc, magic, flags, reserved, base, _pid, count = _unpack_header(chunk, rel)
-        if base != offset or not header_is_valid(magic, flags, reserved, count, length):
-            return _ScanResult(pos, offset, size, BAD_HEADER)
-        end = pos + 4 + length
-        if end > size:
-            return _ScanResult(pos, offset, size, INCOMPLETE)
-        if pos >= index_due:
-            index[0].add(index[1], base, pos)
-            index_due = pos + INDEX_INTERVAL
-        if end == size:
-            if rel + 4 + length <= len(chunk):
-                body = memoryview(chunk)[rel + CRC_START:rel + 4 + length]
-            else:
-                body = os.pread(fd, length - 4, pos + CRC_START)
-            if len(body) != length - 4 or _crc32(body) != crc:
-                return _ScanResult(pos, offset, size, BAD_CRC)
-        pos = end
-        offset = base + batch_span(chunk, rel, flags, count)
-        want = READ_CHUNK if length < READ_CHUNK // 16 else 4096  # big batches: headers only
-    return _ScanResult(pos, offset, size, None)
-
-
-class SparseIndex:
-    """Per segment file, the (base offset, byte position) of a batch every INDEX_INTERVAL
-    bytes, for cheap seeks. Kept for the INDEXED_SEGMENTS most recently used files.
-
-    Keyed by (segment base, inode): a segment the cleaner rewrote is a new file with
-    other positions, so its old entries are simply never looked up again.
-    """
-
-    def __init__(self) -> None:
-        self._segments: OrderedDict[SegmentKey, tuple[array, array]] = OrderedDict()
-        self._mutex = threading.Lock()
-
-    def floor(self, key: SegmentKey, offset: int) -> tuple[int, int]:
-        """(position, base offset) of the last known batch starting at or before `offset`."""
-        with self._mutex:
-            entries = self._segments.get(key)
-            if entries:
-                self._segments.move_to_end(key)
-                i = bisect.bisect_right(entries[0], offset) - 1
-                if i >= 0:
-                    return entries[1][i], entries[0][i]
-        return 0, key[0]
-
-    def next_due(self, key: SegmentKey) -> int:
-        """Byte position from which the next entry of the segment is wanted."""
-        entries = self._segments.get(key)
-        return (entries[1][-1] if entries else 0) + INDEX_INTERVAL
-
-    def add(self, key: SegmentKey, offset: int, pos: int) -> None:
-        """Record a batch start, if far enough after the last entry of its segment."""
-        with self._mutex:
-            entries = self._segments.get(key)
-            if entries is None:
-                if len(self._segments) >= INDEXED_SEGMENTS:
-                    self._segments.popitem(last=False)
-                entries = self._segments[key] = (array("q"), array("q"))
-            offsets, positions = entries
-            if pos - (positions[-1] if positions else 0) >= INDEX_INTERVAL and (
-                    not offsets or offset > offsets[-1]):
-                offsets.append(offset)
-                positions.append(pos)
-
-
 Guard = Callable[[], None]
 """Called under the append lock before a write; raises to refuse it (fencing)."""
+
+
+class LogOpener(Protocol):
+    """Opens partition ``partition`` of ``topic`` (re-reading its state from disk when
+    ``refresh``); the broker's way of handing its logs to housekeeping and transactions."""
+
+    def __call__(self, topic: str, partition: int, *, refresh: bool = False) -> "PartitionLog":
+        ...
 
 
 class PartitionLog:
@@ -218,85 +127,12 @@ class PartitionLog:
         return self._segment_bytes
 
     def verify_segments(self) -> None:
-        """Check that the segment files form one contiguous log; SegmentGapError if not.
-
-        Every ``*.log`` file must be well-named; the first segment must start at or
-        below the log start; a segment's first batch must carry the offset its name
-        says; each sealed segment must end exactly where the next one begins (its
-        batch headers are walked once). Segments wholly below the log start (left by
-        an interrupted retention pass) are not checked. A sealed segment whose batches
-        are damaged is left to readers: they deliver the records before the damage,
-        then raise CorruptLogError there.
-        """
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return
-        misnamed = misnamed_segments(names)
-        if misnamed:
-            raise SegmentGapError(
-                f"{self._where_dir()}: {', '.join(misnamed)} named like segment files but not "
-                f"<base offset, 20 digits>.log; no reader would see their records. Rename each to "
-                f"the offset of its first record, or move it out of the directory")
-        segments = sorted(int(name[:20]) for name in names if is_segment_name(name))
-        if not segments:
-            return
-        start = read_int_file(self.file_path(START_OFFSET_FILE)) or 0  # read after the listing
-        if segments[0] > start:
-            raise SegmentGapError(
-                f"{self._where_dir()}: the first segment file {segment_file_name(segments[0])} "
-                f"starts at offset {segments[0]} but the log starts at {start}: offsets {start} to "
-                f"{segments[0] - 1} are missing (a segment file was deleted or renamed)")
-        for base, following in zip(segments, [*segments[1:], None]):
-            if following is not None and following <= start:
-                continue  # wholly below the log start: deleted by the next retention pass
-            try:
-                fd = os.open(self.segment_path(base), os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # deleted by retention meanwhile
-            try:
-                self._verify_segment(fd, base, following)
-            finally:
-                os.close(fd)
-
-    def _verify_segment(self, fd: int, base: int, following: Optional[int]) -> None:
-        """One segment of verify_segments: `following` is the next segment's base, None
-        for the last (active) segment, of which only the first batch is checked."""
-        name = segment_file_name(base)
-        header = os.pread(fd, PEEK_SIZE, 0)
-        if len(header) >= PEEK_SIZE:
-            length, _crc, magic, flags, reserved, first, _pid, count = _unpack_header(header)
-            if first != base and header_is_valid(magic, flags, reserved, count, length):
-                raise SegmentGapError(
-                    f"{self._where_dir()}: segment file {name} holds records from offset {first}, "
-                    f"not from the offset its name says ({base}): a misnamed or stray segment file")
-        if following is None:
-            return
-        result = scan_segment(fd, 0, base, (self.index, (base, os.fstat(fd).st_ino)))
-        if result.problem is not None and result.problem is not BAD_CRC:
-            return  # damaged inside: readers raise there, after the records before it
-        end = result.offset
-        if result.problem is BAD_CRC:  # the last batch is damaged, but its extent is known
-            header = os.pread(fd, PEEK_SIZE, result.pos)
-            _length, _crc, _magic, flags, _reserved, _first, _pid, count = _unpack_header(header)
-            end += batch_span(header, 0, flags, count)
-        if end == following:
-            return
-        next_name = segment_file_name(following)
-        if end < following:
-            what = (f"offsets {end} to {following - 1} are missing (a segment file was deleted, "
-                    f"or {next_name} does not belong here)")
-        else:
-            what = f"they overlap on offsets {following} to {end - 1} ({next_name} does not belong here)"
-        raise SegmentGapError(
-            f"{self._where_dir()}: segment file {name} ends at offset {end} but the next segment "
-            f"file is {next_name}: {what}; refusing to read or append around the gap")
+        """Check that the segment files form one contiguous log; SegmentGapError if not
+        (see :func:`~streamkit.broker.segment_check.verify_segments`)."""
+        verify_segments(self)
 
     def _storage_error(self, stage: str, file: str, exc: OSError) -> StorageError:
         return StorageError(self.describe(file), stage, exc)
-
-    def _where_dir(self) -> str:
-        return f"{self.describe()}, directory {self.directory}"
 
     # ------------------------------------------------------------------ offsets
 
@@ -539,7 +375,7 @@ class PartitionLog:
         self._fd_dirty = False
         self._index_due = INDEX_INTERVAL
 
-    def _drop_torn_tail(self, result: _ScanResult) -> None:
+    def _drop_torn_tail(self, result: ScanResult) -> None:
         name = segment_file_name(self._base)
         if result.problem is BAD_CRC:
             raise CorruptLogError(

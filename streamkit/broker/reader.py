@@ -1,5 +1,10 @@
 """Reading one partition: PartitionReader, in read_committed or read_uncommitted mode.
 
+(Over 500 lines on purpose: it is one class, the read loop, whose methods share the
+reader's cursor (open file, buffer, position, known transaction outcomes); split into
+modules they would pass that state back and forth on the hottest path of the broker.
+What needs no cursor is elsewhere: ``batch_walker``, ``segment_scan``, ``segment_files``.)
+
 Plain batches (no transaction, not compacted) take the fast path: header check,
 CRC, one decode. Control batches (transaction markers) are never returned; a
 read_committed reader learns outcomes from them. At a transactional batch whose
@@ -32,7 +37,7 @@ import fcntl
 import os
 import struct
 import zlib
-from typing import TYPE_CHECKING, Optional, Union
+from typing import Optional, Union
 
 from streamkit.core.records import RawRecord
 from streamkit.broker.batch_format import (
@@ -45,9 +50,7 @@ from streamkit.broker.errors import (
 from streamkit.broker.segment_files import (
     BAD_CRC, BAD_HEADER, INCOMPLETE, INDEX_INTERVAL, READ_CHUNK, file_id, find_valid_batch,
     list_segments, segment_file_name)
-
-if TYPE_CHECKING:
-    from streamkit.broker.partition_log import PartitionLog
+from streamkit.broker.segment_scan import PartitionFiles
 
 _unpack_header = HEADER.unpack_from
 _unpack_span = struct.Struct("<I").unpack_from
@@ -77,7 +80,7 @@ class PartitionReader:
     returns every data record.
     """
 
-    def __init__(self, log: "PartitionLog", *, read_committed: bool = True) -> None:
+    def __init__(self, log: PartitionFiles, *, read_committed: bool = True) -> None:
         self._log = log
         self._directory = log.directory
         self.read_committed = read_committed

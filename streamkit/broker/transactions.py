@@ -14,30 +14,20 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 from urllib.parse import unquote
 
 from streamkit.core.records import OutgoingRecord, TopicPartition
 from streamkit.errors import StorageError
 from streamkit.broker.errors import (
-    EmbeddedBrokerError, ProducerFencedError, TransactionStateError, UnknownPartitionError, UnknownTopicError)
+    EmbeddedBrokerError, ProducerFencedError, TransactionStateError, UnknownTopicError)
 from streamkit.broker.group_store import TRASH_PREFIX, encode_name, validate_offsets
 from streamkit.broker.partition_log import LogGoneError, PartitionLog
 from streamkit.broker.file_sync import sync_all
-from streamkit.broker.transaction_state import (
-    EPOCH, IdDirectory, next_producer_id, offsets_from_json, offsets_json, tp_list)
-
-if TYPE_CHECKING:
-    from streamkit.broker.broker import EmbeddedBroker
+from streamkit.broker.transaction_outcomes import MAX_SEQUENCE, TransactionOutcomes, is_pending, transaction_id
+from streamkit.broker.transaction_state import EPOCH, IdDirectory, next_producer_id, offsets_json, tp_list
 
 logger = logging.getLogger(__name__)
-
-_MAX_SEQUENCE = 0xFFFFFFFF
-
-
-def transaction_id(producer_id: int, sequence: int) -> int:
-    """The id of transaction `sequence` of a producer: its producer_id in batches."""
-    return (producer_id << 32) | (sequence & _MAX_SEQUENCE)
 
 
 def _me() -> dict:
@@ -47,10 +37,11 @@ def _me() -> dict:
 # ---------------------------------------------------------------------------- coordinator
 
 class TransactionCoordinator:
-    """The transactional ids of one EmbeddedBroker instance, and recovery of abandoned ones."""
+    """The transactional ids of one EmbeddedBroker instance, and recovery of abandoned ones
+    (``outcomes`` writes their markers and offsets)."""
 
-    def __init__(self, broker: "EmbeddedBroker", root: Path) -> None:
-        self._broker = broker
+    def __init__(self, outcomes: TransactionOutcomes, root: Path) -> None:
+        self.outcomes = outcomes
         self._root = root  # created on first use
         self._producers: dict[str, _Producer] = {}
         self._mutex = threading.Lock()
@@ -89,12 +80,12 @@ class TransactionCoordinator:
                     record = ids.read()
                     if record is None:
                         continue
-                    if _pending(record):
+                    if is_pending(record):
                         if ids.owner_alive(int(record["epoch"])):
                             continue
                         logger.info("transactional id '%s': owner %s is gone; resolving its "
                                     "transactions", ids.transactional_id, record.get("owner"))
-                        self.recover(ids, record)
+                        self.outcomes.recover(ids, record)
                         resolved += 1
                     if ids.transactional_id in self._producers:
                         continue  # ours (no mutex: begin() takes it before the id's lock)
@@ -102,59 +93,6 @@ class TransactionCoordinator:
             finally:
                 ids.close()
         return resolved
-
-    def recover(self, ids: IdDirectory, record: dict) -> dict:
-        """Under the id's .lock: roll a committing transaction forward, abort the one that
-        may be open, make that durable; return the record to write next (sequence + 1)."""
-        sequence = int(record["sequence"])
-        producer_id = int(record["producer_id"])
-        touched: list[PartitionLog] = []
-        files: list[Path] = []
-        if record.get("state") == "committing":
-            txn = transaction_id(producer_id, sequence)
-            logger.info("transactional id '%s': rolling transaction %d forward",
-                        ids.transactional_id, sequence)
-            for topic, partition in record.get("partitions", []):
-                log = self._marker(topic, partition, txn, True)
-                if log is not None:
-                    touched.append(log)
-            offsets, metadata = offsets_from_json(record.get("offsets", {}))
-            files.extend(self.apply_offsets(ids.transactional_id, txn, offsets, metadata))
-        if record.get("active"):
-            open_txn = transaction_id(producer_id, sequence + 1)
-            for topic, partition in record.get("registered", []):
-                log = self._marker(topic, partition, open_txn, False)
-                if log is not None:
-                    touched.append(log)
-            sequence += 1
-        sync_all(set(touched), files)
-        return {**record, "sequence": sequence, "state": "complete", "partitions": [],
-                "offsets": {}, "registered": []}
-
-    def apply_offsets(self, transactional_id: str, txn: int,
-                      offsets: Mapping[str, Mapping[TopicPartition, int]],
-                      metadata: Optional[Mapping[str, Mapping[TopicPartition, str]]] = None) -> list[Path]:
-        """Merge the offsets (and their metadata) of transaction `txn` (its id: ids of a
-        transactional id only grow) into their groups, once; the files to fsync."""
-        groups = self._broker._groups
-        for group, group_offsets in offsets.items():
-            groups.commit(group, group_offsets, txn=(transactional_id, txn), durable=False,
-                          metadata=(metadata or {}).get(group))
-        return [groups.offsets_path(group) for group in offsets]
-
-    def log(self, topic: str, partition: int) -> PartitionLog:
-        return self._broker._log(topic, partition)
-
-    def _marker(self, topic: str, partition: int, txn: int,
-                commit: bool) -> Optional[PartitionLog]:
-        try:
-            log = self._broker._log(topic, partition, refresh=True)
-            log.append_marker(txn, commit)
-            return log
-        except (UnknownTopicError, UnknownPartitionError, LogGoneError):
-            logger.warning("transaction %d: %s[%d] is gone; no marker written there",
-                           txn, topic, partition)
-            return None
 
     def close(self) -> None:
         with self._mutex:
@@ -166,10 +104,6 @@ class TransactionCoordinator:
             except Exception:  # close must not fail: recovery will finish the job
                 logger.exception("transactional id '%s': could not close cleanly",
                                  producer.transactional_id)
-
-
-def _pending(record: dict) -> bool:
-    return bool(record.get("active")) or record.get("state") == "committing"
 
 
 class _Producer:
@@ -215,11 +149,11 @@ class _Producer:
                     os.pwrite(epoch_fd, EPOCH.pack(epoch), 0)  # fences the old owner
                     os.fsync(epoch_fd)
                     ids.remove_temp_files()
-                    if _pending(record):
+                    if is_pending(record):
                         if record.get("active") and ids.owner_alive(int(record["epoch"])):
                             logger.warning("transactional id '%s': fencing its live owner %s",
                                            ids.transactional_id, record.get("owner"))
-                        record = coordinator.recover(ids, record)
+                        record = coordinator.outcomes.recover(ids, record)
                     record = {**record, "epoch": epoch, "active": True, "owner": _me(),
                               "state": "complete", "partitions": [], "offsets": {},
                               "registered": []}
@@ -264,7 +198,7 @@ class _Producer:
                     f"{self.current.sequence} is still open; commit or abort it first")
             if self._needs_recovery:
                 self._recover_own()
-            if self.sequence + 1 > _MAX_SEQUENCE:
+            if self.sequence + 1 > MAX_SEQUENCE:
                 raise EmbeddedBrokerError(f"transactional id '{self.transactional_id}': "
                                           f"out of transaction numbers")
             self.current = Transaction(self, self.sequence + 1, timeout_ms)
@@ -344,7 +278,7 @@ class _Producer:
         for log in txn.touched.values():
             log.append_marker(txn.id, True)
         self._unsynced_logs = set(txn.touched.values())
-        self._unsynced_files = set(self.coordinator.apply_offsets(
+        self._unsynced_files = set(self.coordinator.outcomes.apply_offsets(
             self.transactional_id, txn.id, txn.offsets, txn.metadata))
 
     def abort(self, txn: "Transaction") -> None:
@@ -388,7 +322,7 @@ class _Producer:
     def _recover_own(self) -> None:
         with self.ids.lock():
             self.check_fence()
-            record = self.coordinator.recover(self.ids, self.ids.read() or self._record)
+            record = self.coordinator.outcomes.recover(self.ids, self.ids.read() or self._record)
             self.registered.clear()
             self._record = {**record, "active": True}
             self.ids.write(self._record)
@@ -473,7 +407,7 @@ class Transaction:
         tp = TopicPartition(topic, partition)
         log = self.touched.get(tp)
         if log is None:
-            log = producer.coordinator.log(topic, partition)
+            log = producer.coordinator.outcomes.log(topic, partition)
             if not records:
                 return log.end_offset()
             if tp not in producer.registered:

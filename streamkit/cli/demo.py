@@ -16,7 +16,7 @@ import orjson
 from ..serdes import Json
 from ..core.records import TopicPartition
 from ..transport.factory import open_transport
-from ..transport.partitioner import partition_for_key
+from ..core.partitioner import partition_for_key
 from .loading import load_app
 
 JSON = Json()

@@ -17,7 +17,7 @@ import orjson
 from ..errors import SerializationError, StreamkitError
 from ..serdes import Json, Serde
 from ..core.records import OutgoingRecord, TopicPartition
-from ..transport.partitioner import partition_for_key
+from ..core.partitioner import partition_for_key
 from .common import (REGISTRY_FORMATS, broker_option, broker_url, connected, format_options, registry_serde,
                      require_topic)
 

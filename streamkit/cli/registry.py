@@ -41,7 +41,7 @@ def serve(address: str, broker: Optional[str], topic: str, http_tls_cert: Option
     ($STREAMKIT_REGISTRY_TOKEN is accepted as a token too).
     """
     from ..schemas.registry.server import RegistryServer, parse_address
-    from ..schemas.registry.service import SchemaRegistry
+    from ..schemas.registry.broker_log import registry_on_broker
 
     try:
         parse_address(address)  # a usage error before connecting to the broker
@@ -50,7 +50,7 @@ def serve(address: str, broker: Optional[str], topic: str, http_tls_cert: Option
     security = http_security(http_tls_cert, http_tls_key, http_tls_client_ca, http_users, http_tokens,
                              http_open_health, http_allowed_hosts, token_env="STREAMKIT_REGISTRY_TOKEN")
     url = broker_url(broker)
-    service = SchemaRegistry.on_broker(url, topic=topic)
+    service = registry_on_broker(url, topic=topic)
     try:
         asyncio.run(_serve(RegistryServer(service, address, security=security), url, topic))
     finally:

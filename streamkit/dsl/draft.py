@@ -130,6 +130,15 @@ def check_callable(fn: object, what: str, params: Sequence[str], node: str) -> N
             f"{node}: {what} must accept ({', '.join(params)}), but its signature is {signature}") from None
 
 
+def check_value_of(value_of: object, node: str) -> None:
+    """Fail early unless ``value_of`` names a field (a non-empty str) or is ``fn(value)``."""
+    if isinstance(value_of, str):
+        if not value_of:
+            raise TopologyError(f"{node}: the field name must not be empty")
+        return
+    check_callable(value_of, "value function", ("value",), node)
+
+
 def check_serde(serde: object, what: str) -> None:
     if serde is not None and not isinstance(serde, Serde):
         raise TopologyError(f"{what} must be a serde such as sk.serdes.Json(), got {serde!r}")

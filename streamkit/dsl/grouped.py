@@ -1,13 +1,14 @@
-"""Grouped streams and tables: the inputs of count, reduce and aggregate."""
+"""Grouped streams and tables: the inputs of count, count_distinct, reduce and aggregate."""
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from ..serdes import Json, Serde
 from ..stores import StoreSpec
 from ..topology import nodes as ir
-from .draft import TopologyDraft, check_callable, check_serde
-from .table import Table
+from ..topology.aggregations import Aggregate, Aggregation, Count, CountDistinct, Reduce
+from .draft import TopologyDraft, check_callable, check_serde, check_value_of
+from .table import Table, aggregation_table
 
 
 def _store(draft: TopologyDraft, name: str, key_serde: Optional[Serde], value_serde: Optional[Serde],
@@ -33,15 +34,14 @@ class GroupedStream(_Grouped):
     named after the operation, and every update is emitted downstream as the
     table's new value for the key. Records with a ``None`` key are dropped (counted)."""
 
-    def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
-                   aggregator: Optional[Callable], value_serde: Optional[Serde], changelog: bool) -> Table:
+    def _aggregate(self, name: Optional[str], aggregation: Aggregation, value_serde: Optional[Serde],
+                   changelog: bool) -> Table:
         check_serde(value_serde, "value_serde")
-        node = self._draft.name_for(name, self._parent, operation)
+        node = self._draft.name_for(name, self._parent, aggregation.name)
         _store(self._draft, node, self._key_serde, value_serde, node, changelog)
-        self._draft.append(ir.AggregateNode(
-            node, (self._parent,), store=node, operation=operation, key_serde=self._key_serde,
-            value_serde=self._value_serde, initializer=initializer, aggregator=aggregator))
-        return Table(self._draft, node, key_serde=self._key_serde, value_serde=value_serde or Json())
+        self._draft.append(ir.AggregateNode(node, (self._parent,), store=node, aggregation=aggregation,
+                                            key_serde=self._key_serde, value_serde=self._value_serde))
+        return aggregation_table(self._draft, node, aggregation, self._key_serde, value_serde)
 
     def windowed_by(self, windows: Any):
         """Aggregate per time window (``sk.TumblingWindows``, ``sk.HoppingWindows``,
@@ -63,13 +63,22 @@ class GroupedStream(_Grouped):
     def count(self, *, name: Optional[str] = None, changelog: bool = True) -> Table:
         """Count records per key. ``name`` names the node and its store; ``changelog=False``
         keeps the store local (rebuilt from the input when lost)."""
-        return self._aggregate(name, "count", None, None, None, changelog)
+        return self._aggregate(name, Count(), None, changelog)
+
+    def count_distinct(self, value_of: Union[str, Callable[[Any], Any]], *, name: Optional[str] = None,
+                       changelog: bool = True) -> Table:
+        """Count the distinct values of ``value_of`` per key: a field name (``value[field]``) or
+        a function of the value. Exact: the store keeps each key's distinct values (memory
+        grows with their number; see :class:`~streamkit.topology.aggregations.CountDistinct`).
+        A None value or field is not counted. Emits every changed count."""
+        check_value_of(value_of, name or f"{self._parent}.count_distinct")
+        return self._aggregate(name, CountDistinct(value_of), None, changelog)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], *, name: Optional[str] = None,
                value_serde: Optional[Serde] = None, changelog: bool = True) -> Table:
         """Combine values per key: the first value as is, then ``reducer(aggregate, value)``."""
         check_callable(reducer, "reducer", ("aggregate", "value"), name or f"{self._parent}.reduce")
-        return self._aggregate(name, "reduce", None, reducer, value_serde, changelog)
+        return self._aggregate(name, Reduce(reducer), value_serde, changelog)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any], *,
                   name: Optional[str] = None, value_serde: Optional[Serde] = None,
@@ -78,27 +87,25 @@ class GroupedStream(_Grouped):
         where = name or f"{self._parent}.aggregate"
         check_callable(initializer, "initializer", (), where)
         check_callable(aggregator, "aggregator", ("key", "value", "aggregate"), where)
-        return self._aggregate(name, "aggregate", initializer, aggregator, value_serde, changelog)
+        return self._aggregate(name, Aggregate(initializer, aggregator), value_serde, changelog)
 
 
 class GroupedTable(_Grouped):
     """A re-keyed table. Aggregations take an adder and a subtractor: when a row
     changes, its old value is subtracted from its old group and the new one added."""
 
-    def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
-                   adder: Optional[Callable], subtractor: Optional[Callable],
-                   value_serde: Optional[Serde], changelog: bool) -> Table:
+    def _aggregate(self, name: Optional[str], aggregation: Aggregation, value_serde: Optional[Serde],
+                   changelog: bool) -> Table:
         check_serde(value_serde, "value_serde")
-        node = self._draft.name_for(name, self._parent, operation)
+        node = self._draft.name_for(name, self._parent, aggregation.name)
         _store(self._draft, node, self._key_serde, value_serde, node, changelog)
-        self._draft.append(ir.TableAggregateNode(
-            node, (self._parent,), store=node, operation=operation, key_serde=self._key_serde,
-            value_serde=self._value_serde, initializer=initializer, adder=adder, subtractor=subtractor))
-        return Table(self._draft, node, key_serde=self._key_serde, value_serde=value_serde or Json())
+        self._draft.append(ir.TableAggregateNode(node, (self._parent,), store=node, aggregation=aggregation,
+                                                 key_serde=self._key_serde, value_serde=self._value_serde))
+        return aggregation_table(self._draft, node, aggregation, self._key_serde, value_serde)
 
     def count(self, *, name: Optional[str] = None, changelog: bool = True) -> Table:
         """Count rows per group; a row moving to another group moves its count."""
-        return self._aggregate(name, "count", None, None, None, None, changelog)
+        return self._aggregate(name, Count(), None, changelog)
 
     def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any], *,
                name: Optional[str] = None, value_serde: Optional[Serde] = None, changelog: bool = True) -> Table:
@@ -106,7 +113,7 @@ class GroupedTable(_Grouped):
         where = name or f"{self._parent}.reduce"
         check_callable(adder, "adder", ("aggregate", "value"), where)
         check_callable(subtractor, "subtractor", ("aggregate", "value"), where)
-        return self._aggregate(name, "reduce", None, adder, subtractor, value_serde, changelog)
+        return self._aggregate(name, Reduce(adder, subtractor), value_serde, changelog)
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
                   subtractor: Callable[[Any, Any, Any], Any], *, name: Optional[str] = None,
@@ -116,4 +123,4 @@ class GroupedTable(_Grouped):
         check_callable(initializer, "initializer", (), where)
         check_callable(adder, "adder", ("key", "value", "aggregate"), where)
         check_callable(subtractor, "subtractor", ("key", "value", "aggregate"), where)
-        return self._aggregate(name, "aggregate", initializer, adder, subtractor, value_serde, changelog)
+        return self._aggregate(name, Aggregate(initializer, adder, subtractor=subtractor), value_serde, changelog)

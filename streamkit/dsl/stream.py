@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
+from ..core.names import repartition_suffix
 from ..errors import TopologyError
 from ..processor import ProcessorDefinition
 from ..serdes import Serde
@@ -135,7 +136,7 @@ class Stream:
         if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
             raise TopologyError(f"{node}: partitions must be a positive int, got {partitions!r}")
         from ..serdes import Json
-        suffix = node if node.endswith("repartition") else f"{node}-repartition"
+        suffix = repartition_suffix(node)
         return self._then(ir.RepartitionNode(node, (self._node,), topic_suffix=suffix, partitions=partitions,
                                              key_serde=key_serde or Json(), value_serde=value_serde or Json()))
 

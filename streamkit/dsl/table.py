@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
+from ..core.names import repartition_suffix
 from ..errors import TopologyError
 from ..serdes import Json, Serde
 from ..stores import StoreSpec
 from ..topology import nodes as ir
+from ..topology.aggregations import Aggregation
 from .draft import TopologyDraft, check_callable, check_serde
 
 if TYPE_CHECKING:
@@ -172,7 +174,7 @@ class Table:
             f"{node}-subscribe", (self._node,), extractor=extractor, left_key_serde=self._key_serde,
             left_value_serde=self._value_serde, right_key_serde=other._key_serde, left=left))
         registration = draft.append(ir.RepartitionNode(
-            f"{node}-subscription-repartition", (subscribe.name,), topic_suffix=f"{node}-subscription-repartition",
+            repartition_suffix(f"{node}-subscription"), (subscribe.name,), topic_suffix=repartition_suffix(f"{node}-subscription"),
             key_serde=Bytes(), value_serde=SubscriptionSerde()))
         subscriptions = f"{node}-subscriptions"
         draft.add_store(StoreSpec(subscriptions, "key_value", Bytes(), Bytes()), node)
@@ -183,8 +185,8 @@ class Table:
             f"{node}-right-updates", (other._node,), store=subscriptions, right_key_serde=other._key_serde,
             right_value_serde=other._value_serde))
         responses = draft.append(ir.RepartitionNode(
-            f"{node}-response-repartition", (answers.name, updates.name),
-            topic_suffix=f"{node}-response-repartition", key_serde=Bytes(), value_serde=ResponseSerde()))
+            repartition_suffix(f"{node}-response"), (answers.name, updates.name),
+            topic_suffix=repartition_suffix(f"{node}-response"), key_serde=Bytes(), value_serde=ResponseSerde()))
         results = value_serde or Json()
         draft.add_store(StoreSpec(node, "key_value", self._key_serde, results), node)
         draft.append(ir.ForeignKeyJoinNode(
@@ -217,3 +219,14 @@ class Table:
 
     def __repr__(self) -> str:
         return f"<Table {self._node!r}>"
+
+
+def aggregation_table(draft: TopologyDraft, node: str, aggregation: Aggregation, key_serde: Serde,
+                      value_serde: Optional[Serde], windows: Any = None) -> Table:
+    """The table of aggregation ``node``'s results: its store's rows, or, when the aggregation
+    stores something else than it emits (``aggregation.result``: count_distinct keeps a set,
+    emits its size), a view ``<node>.result`` of them (which joins read through too)."""
+    table = Table(draft, node, key_serde=key_serde, value_serde=value_serde or Json(), windows=windows)
+    if aggregation.result is None:
+        return table
+    return table._then(ir.TableMapValuesNode(draft.name_for(None, node, "result"), (node,), mapper=aggregation.result))

@@ -1,4 +1,4 @@
-"""Windowed grouped streams: the inputs of windowed count, reduce and aggregate."""
+"""Windowed grouped streams: the inputs of windowed count, count_distinct, reduce and aggregate."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -8,9 +8,10 @@ from ..errors import TopologyError
 from ..serdes import Json, Serde
 from ..stores import StoreSpec
 from ..topology import nodes as ir
+from ..topology.aggregations import Aggregate, Aggregation, Count, CountDistinct, Reduce
 from ..windowing import HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows
-from .draft import TopologyDraft, check_callable, check_serde
-from .table import Table
+from .draft import TopologyDraft, check_callable, check_serde, check_value_of
+from .table import Table, aggregation_table
 
 TimeWindows = Union[TumblingWindows, HoppingWindows, SlidingWindows]
 
@@ -59,11 +60,10 @@ class TimeWindowedStream(_WindowedGrouped):
     handed to ``reduce``/``aggregate`` in tumbling and hopping windows, and skipped in
     sliding windows, as in Kafka Streams."""
 
-    def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
-                   aggregator: Optional[Callable], value_serde: Optional[Serde], changelog: bool,
-                   retention: Optional[timedelta], late_records_topic: Optional[str],
+    def _aggregate(self, name: Optional[str], aggregation: Aggregation, value_serde: Optional[Serde],
+                   changelog: bool, retention: Optional[timedelta], late_records_topic: Optional[str],
                    close_idle_windows_after: Optional[timedelta]) -> Table:
-        node = self._draft.name_for(name, self._parent, f"windowed_{operation}")
+        node = self._draft.name_for(name, self._parent, f"windowed_{aggregation.name}")
         retention_ms, late_topic, idle_ms = self._options(node, value_serde, retention, late_records_topic,
                                                           close_idle_windows_after)
         self._draft.add_store(StoreSpec(
@@ -71,11 +71,10 @@ class TimeWindowedStream(_WindowedGrouped):
             window_size_ms=self._windows.size_ms,
             with_first_timestamp=isinstance(self._windows, SlidingWindows)), node)
         self._draft.append(ir.WindowedAggregateNode(
-            node, (self._parent,), store=node, operation=operation, windows=self._windows,
-            key_serde=self._key_serde, value_serde=self._value_serde, initializer=initializer,
-            aggregator=aggregator, late_records_topic=late_topic, close_idle_after_ms=idle_ms))
-        return Table(self._draft, node, key_serde=self._key_serde, value_serde=value_serde or Json(),
-                     windows=self._windows)
+            node, (self._parent,), store=node, aggregation=aggregation, windows=self._windows,
+            key_serde=self._key_serde, value_serde=self._value_serde, late_records_topic=late_topic,
+            close_idle_after_ms=idle_ms))
+        return aggregation_table(self._draft, node, aggregation, self._key_serde, value_serde, self._windows)
 
     def count(self, *, name: Optional[str] = None, changelog: bool = True, retention: Optional[timedelta] = None,
               late_records_topic: Optional[str] = None,
@@ -87,7 +86,24 @@ class TimeWindowedStream(_WindowedGrouped):
         windows closed are written (they are always counted in the task metric
         ``late_records_dropped``). ``close_idle_windows_after``: see ``App``.
         """
-        return self._aggregate(name, "count", None, None, None, changelog, retention, late_records_topic,
+        return self._aggregate(name, Count(), None, changelog, retention, late_records_topic,
+                               close_idle_windows_after)
+
+    def count_distinct(self, value_of: Union[str, Callable[[Any], Any]], *, name: Optional[str] = None,
+                       changelog: bool = True, retention: Optional[timedelta] = None,
+                       late_records_topic: Optional[str] = None,
+                       close_idle_windows_after: Optional[timedelta] = None) -> Table:
+        """Count the distinct values of ``value_of`` per key and window: a field name
+        (``value[field]``) or a function of the value. Emits every changed count, keyed by
+        ``Windowed``; a late record is dropped as by :meth:`count` (options alike).
+
+        Exact: each window's store entry holds its distinct values until the window's
+        retention ends, so memory grows with their number per key and window (see
+        :class:`~streamkit.topology.aggregations.CountDistinct`). A None value or field is
+        not counted (it still opens its window, with a count of 0).
+        """
+        check_value_of(value_of, name or f"{self._parent}.windowed_count_distinct")
+        return self._aggregate(name, CountDistinct(value_of), None, changelog, retention, late_records_topic,
                                close_idle_windows_after)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], *, name: Optional[str] = None,
@@ -96,7 +112,7 @@ class TimeWindowedStream(_WindowedGrouped):
                close_idle_windows_after: Optional[timedelta] = None) -> Table:
         """Combine values per key and window: the first value as is, then ``reducer(aggregate, value)``."""
         check_callable(reducer, "reducer", ("aggregate", "value"), name or f"{self._parent}.windowed_reduce")
-        return self._aggregate(name, "reduce", None, reducer, value_serde, changelog, retention,
+        return self._aggregate(name, Reduce(reducer), value_serde, changelog, retention,
                                late_records_topic, close_idle_windows_after)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any], *,
@@ -107,7 +123,7 @@ class TimeWindowedStream(_WindowedGrouped):
         where = name or f"{self._parent}.windowed_aggregate"
         check_callable(initializer, "initializer", (), where)
         check_callable(aggregator, "aggregator", ("key", "value", "aggregate"), where)
-        return self._aggregate(name, "aggregate", initializer, aggregator, value_serde, changelog, retention,
+        return self._aggregate(name, Aggregate(initializer, aggregator), value_serde, changelog, retention,
                                late_records_topic, close_idle_windows_after)
 
 
@@ -117,27 +133,36 @@ class SessionWindowedStream(_WindowedGrouped):
     (a ``None`` value for their ``Windowed`` key). A record with a ``None`` key is skipped;
     a ``None`` value is counted and handed to ``reduce``/``aggregate``, as in Kafka Streams."""
 
-    def _aggregate(self, name: Optional[str], operation: str, initializer: Optional[Callable],
-                   aggregator: Optional[Callable], merger: Optional[Callable], value_serde: Optional[Serde],
+    def _aggregate(self, name: Optional[str], aggregation: Aggregation, value_serde: Optional[Serde],
                    changelog: bool, retention: Optional[timedelta], late_records_topic: Optional[str],
                    close_idle_windows_after: Optional[timedelta]) -> Table:
-        node = self._draft.name_for(name, self._parent, f"session_{operation}")
+        node = self._draft.name_for(name, self._parent, f"session_{aggregation.name}")
         retention_ms, late_topic, idle_ms = self._options(node, value_serde, retention, late_records_topic,
                                                           close_idle_windows_after)
         self._draft.add_store(StoreSpec(node, "session", self._key_serde, value_serde or Json(),
                                         changelog=changelog, retention_ms=retention_ms), node)
         self._draft.append(ir.SessionAggregateNode(
-            node, (self._parent,), store=node, operation=operation, windows=self._windows,
-            key_serde=self._key_serde, value_serde=self._value_serde, initializer=initializer,
-            aggregator=aggregator, merger=merger, late_records_topic=late_topic, close_idle_after_ms=idle_ms))
-        return Table(self._draft, node, key_serde=self._key_serde, value_serde=value_serde or Json(),
-                     windows=self._windows)
+            node, (self._parent,), store=node, aggregation=aggregation, windows=self._windows,
+            key_serde=self._key_serde, value_serde=self._value_serde, late_records_topic=late_topic,
+            close_idle_after_ms=idle_ms))
+        return aggregation_table(self._draft, node, aggregation, self._key_serde, value_serde, self._windows)
 
     def count(self, *, name: Optional[str] = None, changelog: bool = True, retention: Optional[timedelta] = None,
               late_records_topic: Optional[str] = None,
               close_idle_windows_after: Optional[timedelta] = None) -> Table:
         """Count records per key and session (merged sessions add their counts)."""
-        return self._aggregate(name, "count", None, None, None, None, changelog, retention, late_records_topic,
+        return self._aggregate(name, Count(), None, changelog, retention, late_records_topic,
+                               close_idle_windows_after)
+
+    def count_distinct(self, value_of: Union[str, Callable[[Any], Any]], *, name: Optional[str] = None,
+                       changelog: bool = True, retention: Optional[timedelta] = None,
+                       late_records_topic: Optional[str] = None,
+                       close_idle_windows_after: Optional[timedelta] = None) -> Table:
+        """Count the distinct values of ``value_of`` (a field name or a function of the
+        value) per key and session; merged sessions count the union of their values.
+        Exact, with the memory cost of :meth:`TimeWindowedStream.count_distinct`."""
+        check_value_of(value_of, name or f"{self._parent}.session_count_distinct")
+        return self._aggregate(name, CountDistinct(value_of), None, changelog, retention, late_records_topic,
                                close_idle_windows_after)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], *, name: Optional[str] = None,
@@ -147,7 +172,7 @@ class SessionWindowedStream(_WindowedGrouped):
         """Combine values per session with ``reducer(aggregate, value)``; merging sessions
         combines their results with the same reducer."""
         check_callable(reducer, "reducer", ("aggregate", "value"), name or f"{self._parent}.session_reduce")
-        return self._aggregate(name, "reduce", None, reducer, None, value_serde, changelog, retention,
+        return self._aggregate(name, Reduce(reducer), value_serde, changelog, retention,
                                late_records_topic, close_idle_windows_after)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
@@ -161,7 +186,7 @@ class SessionWindowedStream(_WindowedGrouped):
         check_callable(initializer, "initializer", (), where)
         check_callable(aggregator, "aggregator", ("key", "value", "aggregate"), where)
         check_callable(merger, "merger", ("key", "aggregate_1", "aggregate_2"), where)
-        return self._aggregate(name, "aggregate", initializer, aggregator, merger, value_serde, changelog,
+        return self._aggregate(name, Aggregate(initializer, aggregator, merger=merger), value_serde, changelog,
                                retention, late_records_topic, close_idle_windows_after)
 
 

@@ -26,8 +26,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 
 import orjson
 
+from ..core.names import task_id as make_task_id
 from ..serdes import Json, String
-from ..transport.partitioner import partition_for_key
+from ..core.partitioner import partition_for_key
 from ..windowing.windowed_keys import Windowed
 
 QUERYABLE_KINDS = ("key_value", "window", "session")

@@ -8,7 +8,8 @@ from ..state.task_stores import open_task_stores
 from ..topology import Topology
 from ..topology.model import SubTopology
 from .collector import RecordCollector
-from .task import Task, task_id
+from ..core.names import task_id
+from .task import Task
 
 
 @dataclass(frozen=True)

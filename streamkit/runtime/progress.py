@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from typing import FrozenSet, Iterable, Mapping, Optional, Tuple
 
+from ..core.names import task_id
 from ..topology import Topology
 from ..topology.passes import tasks_of
 from ..core.records import Headers, OutgoingRecord, RawRecord
@@ -41,15 +42,9 @@ def writer_rank(sub_topology: int, partition: int) -> int:
     return (sub_topology << _PARTITION_BITS) | partition
 
 
-def parse_ids(task_id: str) -> Tuple[int, int]:
-    """``"1_2"`` → ``(1, 2)``: the sub-topology and partition of a task id."""
-    sub, partition = task_id.split("_")
-    return int(sub), int(partition)
-
-
 def writer_name(rank: int) -> str:
     """The task id ``"<sub>_<partition>"`` of a writer rank."""
-    return f"{rank >> _PARTITION_BITS}_{rank & ((1 << _PARTITION_BITS) - 1)}"
+    return task_id(rank >> _PARTITION_BITS, rank & ((1 << _PARTITION_BITS) - 1))
 
 
 def writer_header(rank: int, stream_time: int) -> Tuple[str, bytes]:

@@ -11,7 +11,7 @@ from ..topology import Topology
 from ..core.records import TopicPartition
 from ..transport.base import Admin, Consumer
 from .assembly import TaskSettings
-from .task import parse_task_id
+from ..core.names import parse_task_id
 
 log = logging.getLogger(__name__)
 

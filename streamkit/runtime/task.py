@@ -6,6 +6,7 @@ import math
 from datetime import datetime
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
+from ..core.names import task_id
 from ..errors import UserFunctionError
 from ..processor import Punctuation
 from ..sinks.base import SinkTask
@@ -20,7 +21,6 @@ from .compiler import compile_sub_topology
 from .context import TaskContext
 from .error_policy import ErrorPolicy
 from .metrics import TaskMetrics
-from .progress import parse_ids
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +28,6 @@ SourceLoop = Callable[[Sequence[RawRecord]], None]
 
 MAX_TIMESTAMP = 2 ** 63 - 1
 """The largest record timestamp (ms): Kafka stores it as a signed 64-bit number."""
-
-
-def task_id(sub_topology: int, partition: int) -> str:
-    return f"{sub_topology}_{partition}"
-
-
-parse_task_id = parse_ids
 
 
 class Task:

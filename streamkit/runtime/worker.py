@@ -40,7 +40,8 @@ from .observations import WorkerObservations
 from .pacing import Pauses, frontier
 from .progress import marker, repartition_writers, writer_rank, written_repartition_topics
 from .standby import StandbyTasks
-from .task import Task, parse_task_id, task_id
+from ..core.names import parse_task_id, task_id
+from .task import Task
 from .task_inputs import TaskInputs
 from .topics_setup import prepare_topics
 from .writer_merge import CommitNote

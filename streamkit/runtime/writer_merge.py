@@ -28,6 +28,7 @@ import heapq
 from collections import deque
 from typing import Deque, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
+from ..core.names import parse_task_id
 from ..core.records import RawRecord
 from .progress import RECORD_STAMP, WRITER_HEADER, read_stamp, writer_name, writer_rank
 
@@ -208,6 +209,5 @@ class CommitNote(NamedTuple):
                 stream_time = int(item[2:])
             else:
                 writer, _, delta = item.partition("+")
-                sub, _, partition = writer.partition("_")
-                cursor[writer_rank(int(sub), int(partition))] = position + int(delta)
+                cursor[writer_rank(*parse_task_id(writer))] = position + int(delta)
         return cls(stream_time, cursor)

@@ -3,8 +3,8 @@
 ``registry=`` is one of:
 
 - ``"http(s)://..."``: an :class:`~.http_client.HttpRegistryClient` for that URL;
-- ``"embedded"``: the in-process registry on the app's broker
-  (``SchemaRegistry.on_broker(broker)``), known only once the serde is bound to a
+- ``"embedded"``: the in-process registry on the app's broker (opened by the function
+  :func:`use_broker_registry` installed), known only once the serde is bound to a
   topic of a running app (a worker binds with its broker URL; a
   ``TopologyTestDriver`` with ``memory://<driver>``, an in-memory registry of its own);
 - ``"memory://NAME"``: an in-memory registry, one per NAME and process;
@@ -14,26 +14,43 @@ Every client comes back wrapped in a :class:`CachedRegistry`, one per registry, 
 the serdes of every topic of an app share one cache: a schema id, a subject's
 registration and a lookup cost one round trip per process, never one per record or
 per serde.
+
+A registry kept on a broker needs a transport, which the serdes must not depend on
+(they sit below it): ``streamkit/__init__.py`` installs the opener
+(:func:`streamkit.schemas.registry.broker_log.registry_on_broker`) with
+:func:`use_broker_registry`, and this module only calls it.
 """
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, Optional, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 from ..errors import ConfigError
 from .model import RegisteredSchema, Schema
 from .registry_client import RegistryClient
 
-__all__ = ["RegistryOption", "resolve_registry", "describe_registry", "CachedRegistry", "EMBEDDED"]
+__all__ = ["RegistryOption", "resolve_registry", "describe_registry", "CachedRegistry", "EMBEDDED",
+           "BrokerRegistryOpener", "use_broker_registry"]
 
 log = logging.getLogger(__name__)
 
 EMBEDDED = "embedded"
 RegistryOption = Union[str, RegistryClient]
 
+BrokerRegistryOpener = Callable[[str], RegistryClient]
+"""Opens the registry kept on the broker at a URL (``embedded://DIR``, ``kafka://...``)."""
+
 _lock = threading.Lock()
 _by_key: Dict[object, "CachedRegistry"] = {}
+_broker_registry: Optional[BrokerRegistryOpener] = None
+
+
+def use_broker_registry(opener: BrokerRegistryOpener) -> None:
+    """Open the registries kept on brokers (``registry="embedded"`` bound to a broker URL)
+    with ``opener`` from now on; registries already opened stay in use."""
+    global _broker_registry
+    _broker_registry = opener
 
 
 def check_registry_option(registry: object, owner: str) -> RegistryOption:
@@ -95,7 +112,10 @@ def _open(registry: RegistryOption, broker: Optional[str]) -> RegistryClient:
     assert broker is not None
     if broker.startswith("memory://"):
         return SchemaRegistry.in_memory()
-    return SchemaRegistry.on_broker(broker)
+    if _broker_registry is None:
+        raise ConfigError(f"no opener for a registry on the broker {broker!r} is installed: "
+                          "import streamkit (its __init__ installs it) or call use_broker_registry()")
+    return _broker_registry(broker)
 
 
 class CachedRegistry:

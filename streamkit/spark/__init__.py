@@ -14,7 +14,8 @@ run's.
 from .compare import CompareReport, compare_topic
 from .fidelity import ReplayRefusedError
 from .inputs import EmbeddedTopic, KafkaTopic, parse_input
-from .replay import OutputSummary, ReplayResult, replay
+from .outputs import OutputSummary
+from .replay import ReplayResult, replay
 from .stages import StageSummary
 from .session import get_session
 

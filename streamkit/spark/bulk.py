@@ -34,6 +34,7 @@ from ..runtime.compiler import compile_nodes
 from ..serdes import Bytes, Float, Int, Json, String
 from ..topology import Topology
 from ..topology import nodes as ir
+from ..topology.aggregations import Count
 from ..topology.model import SubTopology
 from ..windowing import HoppingWindows, TumblingWindows, Windowed
 from .arrow_map import ArrowMap, map_in_arrow
@@ -61,7 +62,8 @@ def bulk_plan(topology: Topology, sub: SubTopology) -> Optional["WindowedCountPl
     windows = aggregate.windows
     if (source.timestamp_extractor is not None or not source.internal
             or topology.children[source.name] != (aggregate.name,)
-            or not isinstance(windows, (TumblingWindows, HoppingWindows)) or aggregate.operation != "count"
+            or not isinstance(windows, (TumblingWindows, HoppingWindows))
+            or not isinstance(aggregate.aggregation, Count)
             or type(source.key_serde) is not type(aggregate.key_serde)
             or not isinstance(source.value_serde, _NULL_AWARE_SERDES)):
         return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
@@ -45,6 +46,18 @@ TOPIC_FIELDS = (("partition", pa.int32(), "int"), ("offset", pa.int64(), "bigint
                 ("window_start", pa.int64(), "bigint"), ("window_end", pa.int64(), "bigint"),
                 ("key_bytes", pa.binary(), "binary"), ("value_bytes", pa.binary(), "binary"))
 """An output topic's Parquet columns."""
+
+
+@dataclass
+class OutputSummary:
+    """One written output: what and how much."""
+
+    kind: str  # "topic" | "sink" | "store"
+    name: str
+    records: int
+    path: str
+    seconds: float = 0.0
+    """Wall time to write it (the stages have all run before the first output is written)."""
 
 
 def topic_serdes(job: ReplayJob, topic: str) -> Tuple[Serde, Serde]:
@@ -71,8 +84,6 @@ def write_outputs(job: ReplayJob, run: StagesRun, output: str) -> List[Any]:
     """Write every output topic, sink and store the stages of ``run`` emitted; one summary
     per output written."""
     from pyspark.sql import functions as F
-
-    from .replay import OutputSummary
 
     embedded_dir = output[len(EMBEDDED_PREFIX):] if output.startswith(EMBEDDED_PREFIX) else None
     root = parquet_root(output)

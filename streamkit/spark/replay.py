@@ -43,22 +43,11 @@ from ..topology.passes import resolve_partitions
 from ..topology.serde_binding import bind_serdes
 from .fidelity import check_replayable
 from .inputs import KafkaTopic, resolve_input
+from .outputs import EMBEDDED_PREFIX, OutputSummary, parquet_root, write_outputs
 from .stages import Stages, StageSummary
 from .task_runner import ReplayJob
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class OutputSummary:
-    """One written output: what and how much."""
-
-    kind: str  # "topic" | "sink" | "store"
-    name: str
-    records: int
-    path: str
-    seconds: float = 0.0
-    """Wall time to write it (the stages have all run before the first output is written)."""
 
 
 @dataclass
@@ -109,7 +98,6 @@ def replay(app: Any, *, inputs: Optional[Mapping[str, Any]] = None, output: str,
     ``slice_records`` offsets each (default: chosen from the input's size and Spark's
     parallelism; 0: one Spark task per topic partition), so it uses every core
     whatever the topic's partition count (see :mod:`.slicing`)."""
-    from .outputs import parquet_root, write_outputs
     from .session import get_session
 
     started = time.monotonic()
@@ -240,7 +228,6 @@ def _warn_foreign_registry(job: ReplayJob, output: str) -> None:
     the app's registry: say so, since ``registry="embedded"`` readers there would look the
     ids up in that broker's own registry."""
     from ..serdes.registry_serde import RegistrySerde
-    from .outputs import EMBEDDED_PREFIX
 
     if not output.startswith(EMBEDDED_PREFIX) or job.broker is None:
         return

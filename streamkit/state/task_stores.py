@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from ..core.names import changelog_topic
 from ..core.settings import STORE_BACKENDS
 from ..errors import StorageError
 from ..serdes import Json
@@ -216,7 +217,3 @@ def _typed_store(spec: StoreSpec, buffer: WriteBuffer) -> Any:
         return SuppressionBuffer(spec.name, buffer, key_serde, value_serde)
     store_class = TimestampedKeyValueStore if spec.timestamped else SerializedKeyValueStore
     return store_class(spec.name, buffer, key_serde, value_serde)
-
-
-def changelog_topic(app_id: str, store: str) -> str:
-    return f"{app_id}-{store}-changelog"

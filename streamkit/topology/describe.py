@@ -1,39 +1,66 @@
-"""Human-readable views of a topology: text in the spirit of Kafka Streams, and mermaid."""
+"""Human-readable views of a topology: text in the spirit of Kafka Streams, and mermaid.
+
+Imported by :mod:`.model` (``Topology.describe``), so it reads a topology through the
+:class:`DescribedTopology` protocol rather than importing the model back.
+"""
 from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from typing import List
+from typing import Any, List, Mapping, Protocol, Sequence, Tuple
 
-from .model import Topology
+from ..core.units import duration_text
 from .nodes import (AggregateNode, ExternalSinkNode, ForeignKeySubscribeNode, GlobalTableJoinNode, Node, ProcessNode, SinkNode,
                     SourceNode, StreamStreamJoinNode, StreamTableJoinNode, SuppressNode, TableAggregateNode,
                     TableTableJoinNode, WindowAggregationNode)
 
 
+class DescribedTopology(Protocol):
+    """What describing reads of a :class:`~streamkit.topology.model.Topology`."""
+
+    @property
+    def app_id(self) -> str: ...
+    @property
+    def nodes(self) -> Mapping[str, Node]: ...
+    @property
+    def children(self) -> Mapping[str, Tuple[str, ...]]: ...
+    @property
+    def sub_topologies(self) -> Sequence[Any]: ...
+    @property
+    def stores(self) -> Mapping[str, Any]: ...
+    @property
+    def global_tables(self) -> Mapping[str, str]: ...
+
+    def changelog_topic(self, store: str) -> str: ...
+
+
 def _windows_text(windows: object) -> str:
-    """``TumblingWindows(size=60s, grace=10s)``: the window's timedelta fields, compactly."""
+    """``TumblingWindows(size=1m, grace=3650d)``: the window's timedelta fields in exact human units."""
     parts = []
     for field in dataclasses.fields(windows):  # type: ignore[arg-type]
         value = getattr(windows, field.name)
         if field.init and isinstance(value, timedelta):
-            parts.append(f"{field.name}={value.total_seconds():g}s")
+            parts.append(f"{field.name}={duration_text(value.total_seconds(), exact=True)}")
     return f"{type(windows).__name__}({', '.join(parts)})"
+
+
+def _ms_text(milliseconds: int) -> str:
+    return duration_text(milliseconds / 1000, exact=True)
 
 
 def _detail(node: Node) -> str:
     if isinstance(node, (AggregateNode, TableAggregateNode)):
-        return f"{node.kind}: {node.operation}"
+        return f"{node.kind}: {node.aggregation.name}"
     if isinstance(node, WindowAggregationNode):
-        return f"{node.kind}: {node.operation}, {_windows_text(node.windows)}"
+        return f"{node.kind}: {node.aggregation.name}, {_windows_text(node.windows)}"
     if isinstance(node, SuppressNode):
         return f"{node.kind}: {node.suppressed.mode}"
     if isinstance(node, StreamTableJoinNode):
         return f"{'left ' if node.left else ''}join with table {node.table}"
     if isinstance(node, StreamStreamJoinNode):
         w = node.windows
-        return (f"{node.how} join of streams, JoinWindows(before={w.before_ms}ms, after={w.after_ms}ms, "
-                f"grace={w.grace_ms}ms)")
+        return (f"{node.how} join of streams, JoinWindows(before={_ms_text(w.before_ms)}, "
+                f"after={_ms_text(w.after_ms)}, grace={_ms_text(w.grace_ms)})")
     if isinstance(node, TableTableJoinNode):
         return f"{node.how} join of tables"
     if isinstance(node, GlobalTableJoinNode):
@@ -47,7 +74,7 @@ def _detail(node: Node) -> str:
     return node.kind
 
 
-def describe_text(topology: Topology) -> str:
+def describe_text(topology: DescribedTopology) -> str:
     """Sub-topologies with their sources, processors (and stores) and sinks."""
     lines: List[str] = [f"Topology: {topology.app_id}"]
     for sub in topology.sub_topologies:
@@ -81,7 +108,7 @@ def describe_text(topology: Topology) -> str:
     return "\n".join(lines) + "\n"
 
 
-def describe_mermaid(topology: Topology) -> str:
+def describe_mermaid(topology: DescribedTopology) -> str:
     """A ``flowchart LR``: topics as stadiums, stores as cylinders, a subgraph per sub-topology."""
     ids: dict = {}
     used: set = set()

@@ -4,8 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
+from ..core.names import changelog_topic, is_changelog_topic, is_repartition_topic
 from ..stores import StoreSpec
 from ..topics import TopicSpec
+from .describe import describe_mermaid, describe_text
 from .nodes import Node, SinkNode, SourceNode
 
 
@@ -68,19 +70,17 @@ class Topology:
 
     @property
     def repartition_topics(self) -> Tuple[str, ...]:
-        return tuple(name for name in self.internal_topics if name.endswith("-repartition"))
+        return tuple(name for name in self.internal_topics if is_repartition_topic(name))
 
     @property
     def changelog_topics(self) -> Tuple[str, ...]:
-        return tuple(name for name in self.internal_topics if name.endswith("-changelog"))
+        return tuple(name for name in self.internal_topics if is_changelog_topic(name))
 
     def changelog_topic(self, store: str) -> str:
-        return f"{self.app_id}-{store}-changelog"
+        return changelog_topic(self.app_id, store)
 
     def describe(self, format: str = "text") -> str:
         """The topology as text (like Kafka Streams' describe) or a mermaid flowchart."""
-        from .describe import describe_mermaid, describe_text
-
         if format == "text":
             return describe_text(self)
         if format == "mermaid":

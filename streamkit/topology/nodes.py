@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Tuple
 
 from ..serdes import Serde
+from .aggregations import Aggregation
 
 
 @dataclass(frozen=True)
@@ -169,18 +170,17 @@ class ProcessNode(Node):
 
 @dataclass(frozen=True)
 class AggregateNode(Node):
-    """count/reduce/aggregate of a grouped stream; emits every update as a Change.
+    """An aggregation of a grouped stream (``aggregation``: count, reduce, aggregate …);
+    emits every update as a Change.
 
     ``key_serde``/``value_serde`` are the grouped stream's: they serialize the
     repartition topic (if one is needed) and the store's keys.
     """
 
     store: str = ""
-    operation: str = "aggregate"  # "count" | "reduce" | "aggregate"
+    aggregation: Aggregation = field(default=None)  # type: ignore[assignment]
     key_serde: Serde = field(default=None)  # type: ignore[assignment]
     value_serde: Serde = field(default=None)  # type: ignore[assignment]
-    initializer: Optional[Callable[[], Any]] = None
-    aggregator: Optional[Callable[..., Any]] = None
     kind: ClassVar[str] = "aggregate"
     stateful: ClassVar[bool] = True
     emits_changes: ClassVar[bool] = True
@@ -235,15 +235,13 @@ class TableGroupByNode(Node):
 
 @dataclass(frozen=True)
 class TableAggregateNode(Node):
-    """count/reduce/aggregate of a grouped table, with an adder and a subtractor."""
+    """An aggregation of a grouped table: an update's old row is subtracted from its group
+    (``aggregation.subtract``), its new row added."""
 
     store: str = ""
-    operation: str = "aggregate"
+    aggregation: Aggregation = field(default=None)  # type: ignore[assignment]
     key_serde: Serde = field(default=None)  # type: ignore[assignment]
     value_serde: Serde = field(default=None)  # type: ignore[assignment]
-    initializer: Optional[Callable[[], Any]] = None
-    adder: Optional[Callable[..., Any]] = None
-    subtractor: Optional[Callable[..., Any]] = None
     kind: ClassVar[str] = "table_aggregate"
     stateful: ClassVar[bool] = True
     emits_changes: ClassVar[bool] = True
@@ -255,16 +253,14 @@ class TableAggregateNode(Node):
 
 @dataclass(frozen=True)
 class WindowAggregationNode(Node):
-    """What windowed and session aggregations share: a store of windows, the window
-    definition, the grouped stream's serdes, the late-records topic and idle close."""
+    """What windowed and session aggregations share: the aggregation, a store of windows,
+    the window definition, the grouped stream's serdes, the late-records topic and idle close."""
 
     store: str = ""
-    operation: str = "aggregate"  # "count" | "reduce" | "aggregate"
+    aggregation: Aggregation = field(default=None)  # type: ignore[assignment]
     windows: Any = None  # a streamkit.windowing window definition
     key_serde: Serde = field(default=None)  # type: ignore[assignment]
     value_serde: Serde = field(default=None)  # type: ignore[assignment]
-    initializer: Optional[Callable[[], Any]] = None
-    aggregator: Optional[Callable[..., Any]] = None
     late_records_topic: Optional[str] = None
     close_idle_after_ms: Optional[int] = None
     stateful: ClassVar[bool] = True
@@ -277,7 +273,7 @@ class WindowAggregationNode(Node):
 
 @dataclass(frozen=True)
 class WindowedAggregateNode(WindowAggregationNode):
-    """count/reduce/aggregate of a grouped stream per time window (tumbling, hopping or
+    """An aggregation of a grouped stream per time window (tumbling, hopping or
     sliding); emits every update of a window as a Change keyed by ``Windowed``.
 
     A record whose every window is closed is late: dropped, counted, and written to
@@ -289,10 +285,9 @@ class WindowedAggregateNode(WindowAggregationNode):
 
 @dataclass(frozen=True)
 class SessionAggregateNode(WindowAggregationNode):
-    """count/reduce/aggregate of a grouped stream per session. A record bridging sessions
-    merges them (``merger``); each merged-away session is retracted downstream."""
+    """An aggregation of a grouped stream per session. A record bridging sessions
+    merges them (``aggregation.merge``); each merged-away session is retracted downstream."""
 
-    merger: Optional[Callable[..., Any]] = None
     kind: ClassVar[str] = "session_aggregate"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..core.names import REPARTITION_SUFFIX, changelog_topic, internal_topic
 from ..errors import TopologyError
 from ..serdes import Bytes, Json
 from ..stores import WINDOWED_KINDS, StoreSpec
@@ -38,7 +39,7 @@ def build_topology(app_id: str, nodes: Sequence[Node], stores: Mapping[str, Stor
                                                internal=True)
     for store in stores.values():
         if store.changelog:
-            topic = f"{app_id}-{store.name}-changelog"
+            topic = changelog_topic(app_id, store.name)
             all_topics[topic] = TopicSpec(topic, Bytes(), Bytes(), config=changelog_config(store), internal=True)
     children: Dict[str, List[str]] = {n.name: [] for n in physical}
     for node in physical:
@@ -104,14 +105,14 @@ def insert_repartitions(nodes: Sequence[Node]) -> List[Node]:
                 if not key_changed.get(parent, False):
                     parents.append(parent)
                     continue
-                rep_name = f"{node.name}-{side}-repartition"
+                rep_name = f"{node.name}-{side}-{REPARTITION_SUFFIX}"
                 out.append(RepartitionNode(rep_name, (parent,), topic_suffix=rep_name,
                                            key_serde=node.key_serde or Json(), value_serde=values or Json()))
                 key_changed[rep_name] = False
                 parents.append(rep_name)
             node = dataclasses.replace(node, parents=tuple(parents))
         elif node.stateful and any(key_changed.get(p, False) for p in node.parents):
-            rep_name = f"{node.name}-repartition"
+            rep_name = f"{node.name}-{REPARTITION_SUFFIX}"
             carries_changes = isinstance(node, TableAggregateNode)
             key_serde = getattr(node, "key_serde", None) or Json()
             value_serde = getattr(node, "value_serde", None) or Json()
@@ -141,7 +142,7 @@ def split_sub_topologies(app_id: str, nodes: Sequence[Node]) -> Tuple[List[Node]
     renamed: Dict[str, str] = {}
     for node in nodes:
         if isinstance(node, RepartitionNode):
-            topic = f"{app_id}-{node.topic_suffix}"
+            topic = internal_topic(app_id, node.topic_suffix)
             value_serde = ChangeSerde(node.value_serde) if node.carries_changes else node.value_serde
             physical.append(SinkNode(node.name, node.parents, topic=topic, key_serde=node.key_serde,
                                      value_serde=value_serde))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Mapping, Optional
 
+from ..core.names import changelog_topic
 from ..serdes import Serde
 from ..stores import StoreSpec
 from ..topics import TopicSpec
@@ -56,7 +57,7 @@ class _Binder:
         for f in dataclasses.fields(node):
             value = getattr(node, f.name)
             if isinstance(value, Serde):
-                topic = f"{self.app_id}-{_store_of(node, f.name)}-changelog"
+                topic = changelog_topic(self.app_id, _store_of(node, f.name))
                 bound = self.serde(value, topic, "key" in f.name)
                 if bound is not value:
                     changes[f.name] = bound
@@ -69,7 +70,7 @@ class _Binder:
         return dataclasses.replace(spec, key_serde=key, value_serde=value)
 
     def store(self, spec: StoreSpec) -> StoreSpec:
-        topic = f"{self.app_id}-{spec.name}-changelog"
+        topic = changelog_topic(self.app_id, spec.name)
         key, value = self.serde(spec.key_serde, topic, True), self.serde(spec.value_serde, topic, False)
         if key is spec.key_serde and value is spec.value_serde:
             return spec

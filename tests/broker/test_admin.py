@@ -5,7 +5,7 @@ import os
 import pytest
 
 from streamkit.transport.base import PartitionOffsets, TopicMetadata, TopicPartition
-from streamkit.transport.embedded import (
+from streamkit.broker import (
     EmbeddedBroker, EmbeddedBrokerError, GroupNotEmptyError, PartitionCountMismatchError,
     TopicExistsError, UnknownGroupError, UnknownPartitionError, UnknownTopicError)
 

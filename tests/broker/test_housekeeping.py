@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from streamkit.transport.base import PartitionOffsets
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 from streamkit.broker.batch_format import FLAG_COMPACTED, HEADER
 from tests.broker.subprocesses import TIMEOUT, finish, spawn, wait_for_line
 
@@ -308,7 +308,7 @@ def test_a_reader_in_another_process_reads_consistently_through_compactions(tmp_
             written[i] = (key, value)
         reader = spawn("""
             import json, sys, time
-            from streamkit.transport.embedded import EmbeddedBroker
+            from streamkit.broker import EmbeddedBroker
             with EmbeddedBroker(sys.argv[1]) as b:
                 r = b.reader("t", 0)
                 got = r.read(5)

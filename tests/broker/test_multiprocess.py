@@ -8,7 +8,7 @@ import time
 import pytest
 
 from streamkit.transport.base import TopicPartition
-from streamkit.transport.embedded import EmbeddedBroker, TopicExistsError
+from streamkit.broker import EmbeddedBroker, TopicExistsError
 from tests.broker.subprocesses import TIMEOUT, finish, spawn
 
 
@@ -20,7 +20,7 @@ def wait_for_line(proc: subprocess.Popen, expected: str) -> None:
 
 WRITER = """
     import json, os, random, sys, time
-    from streamkit.transport.embedded import EmbeddedBroker
+    from streamkit.broker import EmbeddedBroker
     directory, name, batches, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     rng = random.Random(seed)
     broker = EmbeddedBroker(directory, segment_bytes=16 * 1024)
@@ -97,7 +97,7 @@ def test_two_processes_appending_to_one_partition_get_disjoint_contiguous_offset
 def test_a_writer_killed_mid_stream_leaves_a_readable_log(tmp_path):
     code = """
         import sys
-        from streamkit.transport.embedded import EmbeddedBroker
+        from streamkit.broker import EmbeddedBroker
         broker = EmbeddedBroker(sys.argv[1], segment_bytes=8 * 1024 * 1024)
         print("ready", flush=True)
         i = 0
@@ -127,7 +127,7 @@ def test_a_writer_killed_mid_stream_leaves_a_readable_log(tmp_path):
 def test_processes_creating_the_same_topic_race_safely(tmp_path):
     code = """
         import sys
-        from streamkit.transport.embedded import EmbeddedBroker, TopicExistsError
+        from streamkit.broker import EmbeddedBroker, TopicExistsError
         broker = EmbeddedBroker(sys.argv[1])
         try:
             broker.create_topic("shared", 4)
@@ -151,7 +151,7 @@ def test_concurrent_commits_from_processes_merge_without_losing_entries(tmp_path
     code = """
         import sys
         from streamkit.transport.base import TopicPartition
-        from streamkit.transport.embedded import EmbeddedBroker
+        from streamkit.broker import EmbeddedBroker
         broker = EmbeddedBroker(sys.argv[1])
         me = int(sys.argv[2])
         for i in range(1, 31):
@@ -166,7 +166,7 @@ def test_concurrent_commits_from_processes_merge_without_losing_entries(tmp_path
 
 HOLDER = """
     import sys, time
-    from streamkit.transport.embedded import EmbeddedBroker
+    from streamkit.broker import EmbeddedBroker
     broker = EmbeddedBroker(sys.argv[1])
     lock = broker.try_lock_task("g", "0_2")
     print("locked" if lock else "busy", flush=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from streamkit.transport.base import PartitionOffsets
-from streamkit.transport.embedded import CorruptLogError, EmbeddedBroker
+from streamkit.broker import CorruptLogError, EmbeddedBroker
 from streamkit.broker.batch_format import HEADER, encode_batch
 from streamkit.broker.partition_log import MAX_BATCH_BYTES
 

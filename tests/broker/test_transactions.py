@@ -10,7 +10,7 @@ import time
 import pytest
 
 from streamkit.transport.base import TopicPartition as TP
-from streamkit.transport.embedded import (
+from streamkit.broker import (
     EmbeddedBroker, ProducerFencedError, TransactionStateError)
 from streamkit.broker.transaction_state import read_transaction_record
 from tests.broker.subprocesses import (
@@ -46,7 +46,7 @@ def broker(tmp_path):
 # group offsets show right now.
 LOOK = """
     import json, sys
-    from streamkit.transport.embedded import EmbeddedBroker
+    from streamkit.broker import EmbeddedBroker
     with EmbeddedBroker(sys.argv[1]) as b:
         view = {}
         for p in range(3):
@@ -188,7 +188,7 @@ def test_offset_metadata_is_committed_with_its_offset_and_replaced_by_the_next_c
 def test_a_second_owner_fences_the_first_across_processes(broker, tmp_path):
     zombie = spawn("""
         import os, sys, time
-        from streamkit.transport.embedded import EmbeddedBroker, ProducerFencedError
+        from streamkit.broker import EmbeddedBroker, ProducerFencedError
         b = EmbeddedBroker(sys.argv[1])
         txn = b.begin_transaction("task-1")
         txn.append("out", 0, [(b"k", b"zombie-0", 1, None)])
@@ -241,7 +241,7 @@ def test_a_zombie_fenced_after_its_commit_point_is_rolled_forward_not_aborted(br
     zombie = spawn("""
         import sys, time
         from streamkit.transport.base import TopicPartition
-        from streamkit.transport.embedded import EmbeddedBroker, PartitionReader
+        from streamkit.broker import EmbeddedBroker, PartitionReader
         from streamkit.broker.partition_log import PartitionLog
         PartitionLog.append_marker = lambda *a, **k: (print("at markers", flush=True),
                                                       time.sleep(60))
@@ -298,8 +298,9 @@ def test_closing_the_broker_aborts_an_open_transaction_and_releases_the_id(tmp_p
 CRASHER = """
     import os, signal, sys
     from streamkit.transport.base import TopicPartition as TP
-    from streamkit.transport.embedded import EmbeddedBroker
+    from streamkit.broker import EmbeddedBroker
     from streamkit.broker import transactions as tx
+    from streamkit.broker.transaction_outcomes import TransactionOutcomes
     from streamkit.broker import transaction_state as state
     from streamkit.broker.group_store import GroupStore
     from streamkit.broker.partition_log import PartitionLog
@@ -353,7 +354,7 @@ CRASHER = """
         "torn_commit_point": lambda: setattr(state.IdDirectory, "write", torn_commit_point),
         "after_commit_point": lambda: hook(state.IdDirectory, "write", "after", 1, committing),
         "after_first_marker": lambda: hook(PartitionLog, "append_marker", "after"),
-        "after_markers": lambda: hook(tx.TransactionCoordinator, "apply_offsets", "before"),
+        "after_markers": lambda: hook(TransactionOutcomes, "apply_offsets", "before"),
         "after_first_group": lambda: hook(GroupStore, "commit", "after"),
         "after_commit": lambda: None,
         "abort_after_first_marker": lambda: hook(PartitionLog, "append_marker", "after"),
@@ -453,7 +454,7 @@ def test_a_recovery_killed_halfway_is_completed_by_the_next_one(tmp_path):
     crash_at(tmp_path, "after_commit_point")
     recoverer = spawn("""
         import os, signal, sys
-        from streamkit.transport.embedded import EmbeddedBroker
+        from streamkit.broker import EmbeddedBroker
         from streamkit.broker.partition_log import PartitionLog
         original = PartitionLog.append_marker
         def once_then_die(*args, **kwargs):
@@ -474,7 +475,7 @@ def test_a_live_owner_is_not_resolved_by_others(broker, tmp_path):
     txn.append("out", 0, [rec("k", "pending")])
     assert run_json("""
         import sys
-        from streamkit.transport.embedded import EmbeddedBroker
+        from streamkit.broker import EmbeddedBroker
         with EmbeddedBroker(sys.argv[1]) as b:
             print(b.resolve_abandoned_transactions())
     """, tmp_path) == 0

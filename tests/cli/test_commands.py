@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 
 def lines_of(result: subprocess.CompletedProcess) -> list:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 
 from tests.cli_processes import REPO
 

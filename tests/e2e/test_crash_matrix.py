@@ -21,8 +21,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streamkit.transport.embedded import EmbeddedBroker
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.broker import EmbeddedBroker
+from streamkit.core.partitioner import partition_for_key
 
 from .crashes import committed_records, run_worker
 

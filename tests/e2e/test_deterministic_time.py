@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 
 from .. import determinism as det
 

@@ -15,7 +15,7 @@ from streamkit.errors import StreamkitError
 from streamkit.runtime import commit as commit_module
 from streamkit.runtime import worker as worker_module
 from streamkit.transport.base import TopicPartition
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 
 
 def _count_app(app_id: str) -> sk.App:

@@ -17,7 +17,7 @@ import pytest
 
 import streamkit as sk
 from streamkit import faults
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 from streamkit.transport.embedded.transport import EmbeddedTransport
 
 from .crashes import committed_records

@@ -13,7 +13,7 @@ from typing import List, Tuple
 import orjson
 
 import streamkit as sk
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 from streamkit.transport.embedded.transport import EmbeddedTransport
 
 from .crashes import committed_records

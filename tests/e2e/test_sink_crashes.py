@@ -30,8 +30,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import orjson
 import pytest
 
-from streamkit.transport.embedded import EmbeddedBroker
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.broker import EmbeddedBroker
+from streamkit.core.partitioner import partition_for_key
 
 from tests.cli_processes import REPO
 

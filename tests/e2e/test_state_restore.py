@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from streamkit.state.rocksdb import RocksDBBytesStore
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 
 from tests.cli_processes import final_table
 

@@ -11,7 +11,7 @@ from typing import Dict
 import orjson
 
 import streamkit as sk
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 from streamkit.transport.embedded.transport import EmbeddedTransport
 
 from .crashes import committed_records

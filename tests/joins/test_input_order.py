@@ -10,7 +10,7 @@ import orjson
 import streamkit as sk
 from streamkit.runtime.task_inputs import TaskInputs
 from streamkit.transport.base import TopicPartition
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 from streamkit.transport.embedded.transport import MAX_RECORDS_PER_FETCH, EmbeddedTransport
 
 TABLE, STREAM = TopicPartition("table", 0), TopicPartition("stream", 0)

@@ -25,7 +25,7 @@ from streamkit.transport.kafka.consumer import KafkaAssignedConsumer  # noqa: E4
 from streamkit.transport.kafka.rdkafka_consumer import RdKafkaAssignedConsumer  # noqa: E402
 from streamkit.transport.kafka.rdkafka_group import RdKafkaGroupMembership  # noqa: E402
 from streamkit.transport.kafka.rdkafka_producer import RdKafkaProducer  # noqa: E402
-from streamkit.transport.partitioner import partition_for_key  # noqa: E402
+from streamkit.core.partitioner import partition_for_key  # noqa: E402
 
 from .topics import create_test_topic, kafka_transport  # noqa: E402
 from .workers import KafkaApp, stop  # noqa: E402

@@ -11,7 +11,7 @@ from confluent_kafka.schema_registry import Schema as ConfluentSchema
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from streamkit.schemas.model import CompatibilityLevel, Schema
-from streamkit.schemas.registry import SchemaRegistry
+from streamkit.schemas.registry.broker_log import registry_on_broker
 from streamkit.schemas.registry.state import claim_key, claim_value
 
 from ..schemas.registry_servers import RegistryProcess
@@ -26,7 +26,7 @@ def avro(name: str) -> Schema:
 def test_service_on_kafka_survives_a_restart_and_instances_agree(kafka: KafkaTestBroker,
                                                                   unique_name: Callable[[str], str]) -> None:
     topic = unique_name("_schemas")
-    with SchemaRegistry.on_broker(kafka.url, topic=topic) as a, SchemaRegistry.on_broker(kafka.url, topic=topic) as b:
+    with registry_on_broker(kafka.url, topic=topic) as a, registry_on_broker(kafka.url, topic=topic) as b:
         first = a.register("orders-value", avro("Order"))
         assert b.register("returns-value", avro("Order")) == first  # b reads a's record first
         a.set_compatibility("FULL", "orders-value")
@@ -35,7 +35,7 @@ def test_service_on_kafka_survives_a_restart_and_instances_agree(kafka: KafkaTes
         late = b.register("late-value", avro("Late"))
         assert late == first + 1 and a.schema_by_id(late) == b.schema_by_id(late)
         a.delete_subject("returns-value")
-    with SchemaRegistry.on_broker(kafka.url, topic=topic) as again:
+    with registry_on_broker(kafka.url, topic=topic) as again:
         assert again.subjects() == ["late-value", "orders-value"]
         assert again.subjects(deleted=True) == ["late-value", "orders-value", "returns-value"]
         assert again.compatibility("orders-value") is CompatibilityLevel.FULL

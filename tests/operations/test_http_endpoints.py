@@ -16,8 +16,8 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamkit.transport.embedded import EmbeddedBroker
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.broker import EmbeddedBroker
+from streamkit.core.partitioner import partition_for_key
 
 from . import http_app
 

@@ -28,8 +28,8 @@ from streamkit.serdes import Json, String
 from streamkit.state.rocksdb import RocksDBBytesStore
 from streamkit.state.serialized import SerializedKeyValueStore
 from streamkit.state.write_buffer import WriteBuffer
-from streamkit.transport.embedded import EmbeddedBroker
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.broker import EmbeddedBroker
+from streamkit.core.partitioner import partition_for_key
 
 from . import blocking_app
 

@@ -1,16 +1,35 @@
 """The live page in a real headless browser (Debian's chromium through chromedriver):
-it loads without console errors, draws the topology diagram from the packaged mermaid,
-and its task table's numbers change as records flow. A screenshot is kept under the
-test's temporary directory."""
+it loads without console errors, draws the topology diagram from the packaged mermaid
+with each sub-topology's live rate, charts (the packaged uPlot) that draw and move
+while records flow, sparklines per task, late drops, the commit history, and restore
+progress bars while a worker restores a sizeable changelog. Screenshots are kept under
+the tests' temporary directories (their paths are printed)."""
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import socket
+import threading
+import time
 from pathlib import Path
+from typing import Any, Dict, List
 
+import orjson
 import pytest
 
-from .test_http_endpoints import produce, running  # noqa: F401 (fixture)
+from streamkit.broker import EmbeddedBroker
+from streamkit.core.units import bytes_text, count_text, duration_text, rate_text
+from streamkit.core.partitioner import partition_for_key
+
+from . import http_app
+from .test_http_endpoints import USERS, get, produce, running  # noqa: F401 (fixture)
 from .workers_over_http import wait_for
+
+DURATION = re.compile(r"^(\d+(\.\d+)?(ms|s)|\d+[dhm]( \d+(\.\d+)?[hms])?)$")
+RESTORE_USERS = 500_000
+"""Users in the restore test: one changelog record each in two stores (1M records), a
+restore that takes seconds, long enough for a page refreshed every second to show it."""
 
 
 def _browser():

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import List, Tuple
 
 
-from streamkit.transport.embedded import EmbeddedBroker
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.broker import EmbeddedBroker
+from streamkit.core.partitioner import partition_for_key
 
 from . import http_app
 from .test_http_endpoints import get, metric_samples, total, wait_for

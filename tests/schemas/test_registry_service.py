@@ -12,6 +12,7 @@ import pytest
 from streamkit.schemas.model import (CompatibilityLevel, IncompatibleSchema, InvalidSchema, RegistryError, Schema,
                                      SchemaNotFound, SchemaReference, SubjectNotFound, VersionNotFound)
 from streamkit.schemas.registry import SchemaRegistry
+from streamkit.schemas.registry.broker_log import registry_on_broker
 from streamkit.schemas.registry.state import claim_key, claim_value
 from streamkit.schemas.registry_client import RegistryClient
 
@@ -31,7 +32,7 @@ def registry(request, tmp_path: Path) -> Iterator[SchemaRegistry]:
     if request.param == "memory":
         reg = SchemaRegistry.in_memory()
     else:
-        reg = SchemaRegistry.on_broker(f"embedded://{tmp_path}/broker")
+        reg = registry_on_broker(f"embedded://{tmp_path}/broker")
     yield reg
     reg.close()
 
@@ -223,7 +224,7 @@ def test_a_claim_that_lost_is_retried_with_the_next_id(tmp_path: Path) -> None:
     """Two instances on one log: a claim for an id another instance's claim took first is
     rejected, and its writer retries with the next id; both instances agree."""
     url = f"embedded://{tmp_path}/broker"
-    with SchemaRegistry.on_broker(url) as a, SchemaRegistry.on_broker(url) as b:
+    with registry_on_broker(url) as a, registry_on_broker(url) as b:
         assert a.register("x", V1) == 1
         # b has not read a's record yet when it claims: emulate it by appending b's stale
         # claim (id 1, version 1 of 'y', another schema) straight to the log
@@ -242,7 +243,7 @@ def test_every_write_removes_lost_claims_first(tmp_path: Path) -> None:
     """A claim that lost, left by a writer that died before removing it, is tombstoned by
     the next write of any instance, so replaying a compacted log cannot revive it."""
     url = f"embedded://{tmp_path}/broker"
-    with SchemaRegistry.on_broker(url) as registry:
+    with registry_on_broker(url) as registry:
         registry.register("x", V1)
         registry._log.append([(claim_key("dead", "x", 1), claim_value("x", 1, 1, V2_NO_DEFAULT))])
         assert registry.subjects() == ["x"] and registry._state.rejected == {"dead": claim_key("dead", "x", 1)}
@@ -250,18 +251,18 @@ def test_every_write_removes_lost_claims_first(tmp_path: Path) -> None:
         assert registry._state.rejected == {}
         registry.delete_subject("x")
         registry.delete_subject("x", permanent=True)
-    with SchemaRegistry.on_broker(url) as again:  # replay: the lost claim never wins
+    with registry_on_broker(url) as again:  # replay: the lost claim never wins
         assert again.subjects(deleted=True) == [] and again.compatibility() is CompatibilityLevel.NONE
 
 
 def test_state_survives_a_restart_on_the_broker(tmp_path: Path) -> None:
     url = f"embedded://{tmp_path}/broker"
-    with SchemaRegistry.on_broker(url) as registry:
+    with registry_on_broker(url) as registry:
         registry.register("s", V1)
         registry.register("s", V2_WITH_DEFAULT)
         registry.set_compatibility("FULL", "s")
         registry.delete_version("s", 1)
-    with SchemaRegistry.on_broker(url) as again:
+    with registry_on_broker(url) as again:
         assert again.versions("s") == [2]
         assert again.compatibility("s") is CompatibilityLevel.FULL
         assert again.schema_by_id(1) == Schema(json.dumps(json.loads(V1.schema_str), separators=(",", ":")))
@@ -292,7 +293,7 @@ def test_compaction_of_the_log_keeps_the_view(tmp_path: Path) -> None:
         broker.create_topic("_schemas", 1, {"cleanup.policy": "compact", "segment.bytes": "400",
                                             "delete.retention.ms": "0"})
     url = f"embedded://{directory}"
-    with SchemaRegistry.on_broker(url) as registry:
+    with registry_on_broker(url) as registry:
         registry.set_compatibility("NONE")
         registry.register("a", V1)
         registry._log.append([(claim_key("lost", "a", 1), claim_value("a", 1, 1, V2_NO_DEFAULT))])
@@ -312,6 +313,6 @@ def test_compaction_of_the_log_keeps_the_view(tmp_path: Path) -> None:
         removed = sum(stats.get("records_removed", 0) for stats in
                       broker.run_housekeeping(now_ms=2 ** 41).values())
     assert removed > 0
-    with SchemaRegistry.on_broker(url) as again:
+    with registry_on_broker(url) as again:
         assert _view(again) == before
         assert again.register("d", record({"name": "d", "type": "int"}, name="D")) == before["max_id"] + 1

@@ -25,7 +25,7 @@ import streamkit as sk
 from streamkit.errors import ConfigError, StreamkitError
 from streamkit.sinks import SinkRecord, SinkTask
 from streamkit.transport.base import TopicPartition
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,7 @@ def write_inputs(app: Any, directory: str, records: Sequence[Tuple[str, Any, Any
     """Append ``(topic, key, value, timestamp)`` records, in this order, to the broker in
     ``directory``; a topic's partition is Kafka's default for the key (1 partition unless
     ``partitions`` says otherwise)."""
-    from streamkit.transport.partitioner import partition_for_key
+    from streamkit.core.partitioner import partition_for_key
 
     topics = app.build().topics
     partitions = partitions or {}

@@ -35,7 +35,7 @@ from streamkit.spark.replay import plan_replay
 from streamkit.spark.routing import TaskRouting
 from streamkit.spark.stages import Stages
 from streamkit.testing import TopologyTestDriver
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 from .harness import driver_outputs, per_key, read_replayed_topic, write_inputs
 

@@ -34,7 +34,7 @@ from streamkit.spark import KafkaTopic, replay
 from streamkit.spark.kafka_input import kafka_partition_count, read_kafka
 from streamkit.spark.session import JARS_ENV_VAR
 from streamkit.transport.base import TopicPartition
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 from ..kafka.broker import KafkaTestBroker, run_sync
 from ..kafka.topics import create_app_topics, create_test_topic, kafka_transport

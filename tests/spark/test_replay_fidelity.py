@@ -29,7 +29,7 @@ from streamkit.spark import ReplayRefusedError, replay
 from streamkit.testing import TopologyTestDriver
 from streamkit.topology.nodes import ExternalSinkNode, WindowAggregationNode
 from streamkit.broker.broker import EmbeddedBroker
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 from .harness import driver_outputs, per_key, read_replayed_topic, replay_outputs, worker_outputs, write_inputs
 

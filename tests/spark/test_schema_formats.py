@@ -46,7 +46,7 @@ from streamkit.spark import replay
 from streamkit.spark.replay import bound_topology
 from streamkit.testing import TopologyTestDriver
 from streamkit.topology.serde_binding import bind_serdes
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 pytestmark = pytest.mark.spark
 

@@ -92,7 +92,7 @@ Topology: pageviews
   Sub-topology: 2
     Source: page-counts-per-minute-repartition-source (topic: pageviews-page-counts-per-minute-repartition)
       --> page-counts-per-minute
-    Processor: page-counts-per-minute (windowed_aggregate: count, TumblingWindows(size=60s, grace=10s), stores: [page-counts-per-minute])
+    Processor: page-counts-per-minute (windowed_aggregate: count, TumblingWindows(size=1m, grace=10s), stores: [page-counts-per-minute])
       --> minute-finals
       <-- page-counts-per-minute-repartition-source
     Processor: minute-finals (suppress: until_window_closes, stores: [minute-finals])

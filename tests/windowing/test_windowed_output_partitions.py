@@ -14,9 +14,9 @@ import orjson
 
 import streamkit as sk
 from streamkit.runtime.progress import read_stamp
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 from streamkit.transport.embedded.transport import EmbeddedTransport
-from streamkit.transport.partitioner import partition_for_key
+from streamkit.core.partitioner import partition_for_key
 
 PARTITIONS = 4
 KEYS = [f"page-{n}" for n in range(12)] + [7, 12345]

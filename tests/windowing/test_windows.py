@@ -13,6 +13,8 @@ from streamkit.errors import ConfigError
 from streamkit.windowing import (HoppingWindows, SessionMerge, SessionWindows, SlidingWindows,
                                  SlidingWindowUpdate, TumblingWindows)
 from streamkit.windowing import windowed_keys as windowed_module
+from streamkit.windowing import session_windows as session_module
+from streamkit.windowing import sliding_windows as sliding_module
 from streamkit.windowing import windows as windows_module
 
 MS = timedelta(milliseconds=1)
@@ -484,7 +486,7 @@ def test_session_merges_match_the_definition_on_random_streams(seed):
 
 # --- examples in docstrings -------------------------------------------------------------------
 
-@pytest.mark.parametrize("module", [windows_module, windowed_module])
+@pytest.mark.parametrize("module", [windows_module, sliding_module, session_module, windowed_module])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -8,10 +8,11 @@ from ...errors import SerializationError, StreamkitError, TopologyError, UserFun
 from ...sinks.base import SinkRecord
 from ...topology import Topology
 from ...topology import nodes as ir
-from ...transport.partitioner import cached_key_hash, partition_for_key
+from ...core.partitioner import cached_key_hash, partition_for_key
 from ...windowing.windowed_keys import WindowedSerde
 from ..context import NodeProcessorContext
-from ..progress import merged_topics, parse_ids, with_writer_header, writer_rank
+from ...core.names import parse_task_id
+from ..progress import merged_topics, with_writer_header, writer_rank
 from .base import CompileEnv, Downstream, noop, user_error
 
 _user_error = user_error
@@ -149,7 +150,7 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
     name = node.name
     # A repartition topic's records also carry the writing task and its stream time (see
     # .progress): the reading task orders its writers by them.
-    rank = writer_rank(*parse_ids(task.task_id)) if topic in merged_topics(env.topology) else None
+    rank = writer_rank(*parse_task_id(task.task_id)) if topic in merged_topics(env.topology) else None
     spec = env.topology.topics.get(topic)
     windowed_partition = (_partition_by_base_key(node.key_serde, partitions, own_partition)
                           if isinstance(node.key_serde, WindowedSerde) and not (spec is not None and spec.internal)

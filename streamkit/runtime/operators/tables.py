@@ -1,6 +1,6 @@
-"""Compiled table operators: stream aggregation (count/reduce/aggregate), table
+"""Compiled table operators: stream aggregation (any :class:`Aggregation`), table
 source, table filter and map_values views, to_stream, table group_by and table
-aggregation (adder/subtractor)."""
+aggregation (add and subtract)."""
 from __future__ import annotations
 
 from typing import Any
@@ -21,24 +21,15 @@ def _forward_on_flush(store: Any, downstream: Downstream, env: CompileEnv) -> bo
 
 
 def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
-    """count/reduce/aggregate. A result's timestamp is the largest of its inputs' (so a
-    late record never moves it back); records with a None key or value are skipped."""
+    """A grouped stream's aggregation: each record's value is added to its key's aggregate.
+    A result's timestamp is the largest of its inputs' (so a late record never moves it
+    back); records with a None key or value are skipped."""
     task = env.task
     store = task.stores[node.store]
     forward_each = _forward_on_flush(store, downstream, env)
     serialize_key, get, put = store.serialize_key, store.get_serialized, store.put_serialized
     name = node.name
-    initializer, aggregator = node.initializer, node.aggregator
-
-    if node.operation == "count":
-        def step(key: Any, value: Any, old: Any) -> Any:
-            return 1 if old is None else old + 1
-    elif node.operation == "reduce":
-        def step(key: Any, value: Any, old: Any) -> Any:
-            return value if old is None else aggregator(old, value)
-    else:
-        def step(key: Any, value: Any, old: Any) -> Any:
-            return aggregator(key, value, initializer() if old is None else old)
+    add = node.aggregation.add
 
     def aggregate(key: Any, value: Any, timestamp: int) -> None:
         if key is None:
@@ -58,7 +49,7 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
             if old_timestamp > timestamp:
                 timestamp = old_timestamp
         try:
-            new = step(key, value, old)
+            new = add(key, value, old)
         except Exception as exc:
             raise _user_error(name, exc) from exc
         put(key_bytes, new, timestamp)
@@ -162,23 +153,18 @@ def compile_table_group_by(node: ir.TableGroupByNode, downstream: Downstream, en
 
 
 def compile_table_aggregate(node: ir.TableAggregateNode, downstream: Downstream, env: CompileEnv) -> Downstream:
+    """A grouped table's aggregation: an update's old row is subtracted from the aggregate,
+    its new row added; the result's timestamp is the largest of its inputs'."""
     task = env.task
     store = task.stores[node.store]
     get, put = store.get_with_timestamp, store.put_with_timestamp
-    name, operation = node.name, node.operation
+    name = node.name
     forward_each = _forward_on_flush(store, downstream, env)
-    initializer, adder, subtractor = node.initializer, node.adder, node.subtractor
+    add, subtract = node.aggregation.add, node.aggregation.subtract
 
     def combine(key: Any, agg: Any, value: Any, adding: bool) -> Any:
-        if operation == "count":
-            return (0 if agg is None else agg) + (1 if adding else -1)
         try:
-            if operation == "reduce":
-                if agg is None:
-                    return value if adding else None
-                return adder(agg, value) if adding else subtractor(agg, value)
-            base = initializer() if agg is None else agg
-            return adder(key, value, base) if adding else subtractor(key, value, base)
+            return add(key, value, agg) if adding else subtract(key, value, agg)
         except Exception as exc:
             raise _user_error(name, exc) from exc
 

@@ -29,27 +29,17 @@ def _forwards_each(node: ir.Node, store: Any, downstream: Downstream, env: Compi
     return False
 
 
-def _add_step(node: Any) -> Step:
-    """``step(key, value, aggregate_or_None) -> new aggregate`` for one record."""
-    name, aggregator, initializer = node.name, node.aggregator, node.initializer
-    if node.operation == "count":
-        return lambda key, value, old: 1 if old is None else old + 1
-    if node.operation == "reduce":
-        def reduce_step(key: Any, value: Any, old: Any) -> Any:
-            if old is None:
-                return value
-            try:
-                return aggregator(old, value)
-            except Exception as exc:
-                raise user_error(name, exc) from exc
-        return reduce_step
+def _add_step(node: ir.WindowAggregationNode) -> Step:
+    """``step(key, value, aggregate_or_None) -> new aggregate`` for one record: the node's
+    aggregation's ``add``, its exceptions named by node."""
+    name, add = node.name, node.aggregation.add
 
-    def aggregate_step(key: Any, value: Any, old: Any) -> Any:
+    def add_step(key: Any, value: Any, old: Any) -> Any:
         try:
-            return aggregator(key, value, initializer() if old is None else old)
+            return add(key, value, old)
         except Exception as exc:
             raise user_error(name, exc) from exc
-    return aggregate_step
+    return add_step
 
 
 def _serialize_key(store: Any, name: str) -> Callable[[Any], bytes]:
@@ -81,7 +71,7 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
         raise ValueError(f"{node.name}: store {node.store!r} keeps first timestamps; tumbling and "
                          "hopping windows use a plain window store")
     window_key, get, put = store.open_window_key, store.get_open, store.put_open
-    step = _add_step(node)
+    step, add = _add_step(node), node.aggregation.add
     windows = node.windows
     size, advance, grace = windows.size_ms, windows.advance_ms, windows.grace_ms
     windows_for = windows.windows_for
@@ -133,7 +123,10 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
                 old, result_time = prior
                 if timestamp > result_time:
                     result_time = timestamp
-            new = step(key, value, old)
+            try:
+                new = add(key, value, old)
+            except Exception as exc:
+                raise user_error(name, exc) from exc
             if new is None:
                 store.put_serialized(kb, start, None, result_time)
             else:
@@ -226,17 +219,14 @@ def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstr
     gap, is_closed = windows.inactivity_gap_ms, windows.is_closed
     clock = task.observed_time(node.name, (node.store,))
     late = LateRecords(task, node.name, node.late_records_topic, clock)
-    name, operation, merger, aggregator = node.name, node.operation, node.merger, node.aggregator
-    initializer = node.initializer
+    name, aggregation = node.name, node.aggregation
     Change = ir.Change
 
     def merge(key: Any, aggregate: Any, other: Any) -> Any:
         if aggregate is None:
             return other
-        if operation == "count":
-            return aggregate + other
         try:
-            return aggregator(aggregate, other) if operation == "reduce" else merger(key, aggregate, other)
+            return aggregation.merge(key, aggregate, other)
         except Exception as exc:
             raise user_error(name, exc) from exc
 
@@ -254,13 +244,10 @@ def compile_session_aggregate(node: ir.SessionAggregateNode, downstream: Downstr
         if is_closed(merged.end, clock.time):
             late.drop(key, timestamp, f"[{merged.start},{merged.end}]")
             return
-        if operation == "aggregate":
-            try:
-                aggregate = initializer()
-            except Exception as exc:
-                raise user_error(name, exc) from exc
-        else:
-            aggregate = None
+        try:
+            aggregate = aggregation.initial()
+        except Exception as exc:
+            raise user_error(name, exc) from exc
         same_bounds = None
         for start, end, session_value, _ts in overlapping:
             aggregate = merge(key, aggregate, session_value)

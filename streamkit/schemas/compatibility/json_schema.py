@@ -73,17 +73,16 @@ contradict:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
-from urllib.parse import unquote, urljoin
+from typing import Any, List, Optional, Set, Tuple
 
-from ..model import InvalidSchema, Schema, SchemaReference
+from ..model import InvalidSchema, Schema
+from .json_schema_documents import Resolver, SchemaDocument, refs_in, resolve_ref, schema_documents
+from .json_schema_keywords import (array_parts, as_decimal, as_object, bipartite_matching, bound_problems,
+                                   canonical_json, dependency_maps, effective_limit, escape_pointer, has_default,
+                                   is_open_object, limit_problems, partial_object_schema, partial_schema)
 
 __all__ = ["validate", "read_incompatibilities"]
-
-Resolver = Callable[[SchemaReference], Schema]
 
 _ANNOTATIONS = {"$schema", "$id", "id", "$comment", "title", "description", "default", "examples",
                 "definitions", "$defs", "readOnly", "writeOnly", "deprecated", "format", "contentEncoding",
@@ -98,35 +97,14 @@ _IMPLIED_TYPES = (
 _COMBINERS = ("allOf", "anyOf", "oneOf")
 
 
-# --- parsing and validation --------------------------------------------------------------
-
-def _parse_schema(schema: Schema) -> Any:
-    """The schema's JSON (an object or a boolean), checked against its metaschema;
-    ``InvalidSchema`` otherwise."""
-    import jsonschema
-    from jsonschema import validators
-
-    try:
-        raw = json.loads(schema.schema_str)
-    except (TypeError, ValueError) as exc:
-        raise InvalidSchema(f"not JSON: {exc}") from exc
-    if not isinstance(raw, (dict, bool)):
-        raise InvalidSchema(f"a JSON schema is an object or a boolean, not {type(raw).__name__}")
-    try:
-        validators.validator_for(raw, default=validators.Draft7Validator).check_schema(raw)
-    except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path)
-        raise InvalidSchema(f"invalid JSON schema{f' at #/{where}' if where else ''}: {exc.message}") from exc
-    return raw
-
 
 def validate(schema: Schema, resolve: Resolver) -> None:
     """Raise ``InvalidSchema`` unless ``schema`` and what it references are valid JSON
     schemas whose local ``$ref`` pointers resolve."""
-    documents = _documents(schema, resolve)
+    documents = schema_documents(schema, resolve)
     for name, document in documents.items():
-        for ref in _refs(document.raw):
-            if ref.startswith("#") and _resolve(ref, document) is None:
+        for ref in refs_in(document.raw):
+            if ref.startswith("#") and resolve_ref(ref, document) is None:
                 raise InvalidSchema(f"unresolvable $ref {ref!r}" + (f" in {name}" if name else ""))
 
 
@@ -135,93 +113,9 @@ def read_incompatibilities(reader: Schema, writer: Schema, resolve: Resolver) ->
     ``"#/path: reason"`` messages by Confluent's rules (see the module docstring);
     empty when none may."""
     diff = _Diff()
-    w, r = _documents(writer, resolve)[""], _documents(reader, resolve)[""]
+    w, r = schema_documents(writer, resolve)[""], schema_documents(reader, resolve)[""]
     problems = diff.compare(diff.load(w.raw, w), diff.load(r.raw, r), "#")
     return list(dict.fromkeys(problems))
-
-
-@dataclass(eq=False)
-class _Document:
-    """A schema document: its JSON, its base URI (``$id``) for relative refs, and the
-    documents its refs may name (``siblings``: by reference name and by ``$id``)."""
-
-    raw: Any
-    base: str = ""
-    siblings: Dict[str, "_Document"] = field(default_factory=dict)
-
-    @property
-    def ref_has_siblings(self) -> bool:
-        """Whether keywords beside ``$ref`` apply (2019-09 on); up to draft 7 (the
-        default) they are ignored."""
-        dialect = self.raw.get("$schema", "") if isinstance(self.raw, dict) else ""
-        return isinstance(dialect, str) and ("2019-09" in dialect or "2020-12" in dialect)
-
-
-def _documents(schema: Schema, resolve: Resolver) -> Dict[str, _Document]:
-    """The schema (under ``""``) and everything it references, transitively, under
-    their reference names and their ``$id`` s."""
-    found: Dict[str, _Document] = {}
-
-    def add(name: str, target: Schema) -> None:
-        raw = _parse_schema(target)
-        document = _Document(raw, raw.get("$id", "") if isinstance(raw, dict) else "", found)
-        found[name] = document
-        if document.base:
-            found.setdefault(document.base, document)
-
-    add("", schema)
-    pending = list(schema.references)
-    seen: Set[str] = set()
-    while pending:
-        ref = pending.pop()
-        if ref.name in seen:
-            continue
-        seen.add(ref.name)
-        target = resolve(ref)
-        add(ref.name, target)
-        pending.extend(target.references)
-    return found
-
-
-def _refs(raw: Any) -> List[str]:
-    found: List[str] = []
-    stack = [raw]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("$ref"), str):
-                found.append(node["$ref"])
-            stack.extend(v for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
-        elif isinstance(node, list):
-            stack.extend(node)
-    return found
-
-
-def _resolve(ref: str, document: _Document) -> Optional[Tuple[Any, _Document]]:
-    """The schema ``ref`` points at from ``document`` and the document holding it
-    (None if it points nowhere known)."""
-    url, _, fragment = ref.partition("#")
-    target: Optional[_Document] = document
-    if url:
-        target = document.siblings.get(url)
-        if target is None and document.base:
-            target = document.siblings.get(urljoin(document.base, url))
-        if target is None:
-            return None
-    node = target.raw
-    if fragment in ("", "/"):
-        return (node, target) if fragment == "" else None
-    if not fragment.startswith("/"):
-        return None  # $anchor names: not resolved
-    for token in fragment[1:].split("/"):
-        token = unquote(token).replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-    return node, target
 
 
 # --- the model Confluent's library builds ------------------------------------------------
@@ -234,7 +128,7 @@ class _Node:
 
     kind: str
     raw: Any
-    document: _Document
+    document: SchemaDocument
     integer: bool = False
     parts: List["_Node"] = field(default_factory=list)
     synthetic: bool = False  # an allOf of the constraints of one schema object
@@ -272,7 +166,7 @@ class _Diff:
 
     # loading
 
-    def load(self, raw: Any, document: _Document, hops: int = 0) -> _Node:
+    def load(self, raw: Any, document: SchemaDocument, hops: int = 0) -> _Node:
         """The node for ``raw`` (found in ``document``); ``hops`` counts the ``$ref``
         chain followed so far, to stop at cycles of bare refs."""
         if raw is True or raw is None:
@@ -282,7 +176,7 @@ class _Diff:
         if not isinstance(raw, dict):
             return _Node("empty", {}, document)
         if "$ref" in raw and isinstance(raw["$ref"], str):
-            found = _resolve(raw["$ref"], document) if hops < 64 else None
+            found = resolve_ref(raw["$ref"], document) if hops < 64 else None
             rest = {k: v for k, v in raw.items() if k != "$ref"}
             target = self.load(found[0], found[1], hops + 1) if found else _Node("ref", raw, document)
             if not set(rest) - _ANNOTATIONS or not document.ref_has_siblings:
@@ -364,17 +258,17 @@ class _Diff:
 
     def _string(self, original: _Node, update: _Node, path: str) -> List[str]:
         w, r = original.raw, update.raw
-        found = _bound(path, "maxLength", w.get("maxLength"), r.get("maxLength"), upper=True)
-        found += _bound(path, "minLength", w.get("minLength"), r.get("minLength"), upper=False)
+        found = bound_problems(path, "maxLength", w.get("maxLength"), r.get("maxLength"), upper=True)
+        found += bound_problems(path, "minLength", w.get("minLength"), r.get("minLength"), upper=False)
         if r.get("pattern") is not None and r.get("pattern") != w.get("pattern"):
             what = "added" if w.get("pattern") is None else f"changed from {w['pattern']!r}"
             found.append(f"{path}/pattern: pattern {what} to {r['pattern']!r}")
         return found
 
     def _number(self, original: _Node, update: _Node, path: str) -> List[str]:
-        found = _limit(path, _effective(original.raw, upper=True), _effective(update.raw, upper=True), upper=True)
-        found += _limit(path, _effective(original.raw, upper=False), _effective(update.raw, upper=False), upper=False)
-        w_multiple, r_multiple = _decimal(original.raw.get("multipleOf")), _decimal(update.raw.get("multipleOf"))
+        found = limit_problems(path, effective_limit(original.raw, upper=True), effective_limit(update.raw, upper=True), upper=True)
+        found += limit_problems(path, effective_limit(original.raw, upper=False), effective_limit(update.raw, upper=False), upper=False)
+        w_multiple, r_multiple = as_decimal(original.raw.get("multipleOf")), as_decimal(update.raw.get("multipleOf"))
         if r_multiple is not None and w_multiple != r_multiple:
             if w_multiple is None:
                 found.append(f"{path}/multipleOf: multipleOf {r_multiple} added")
@@ -386,13 +280,13 @@ class _Diff:
         return found
 
     def _enum(self, original: _Node, update: _Node, path: str) -> List[str]:
-        w = {_canonical(v) for v in original.raw.get("enum", [])}
-        r = {_canonical(v) for v in update.raw.get("enum", [])}
+        w = {canonical_json(v) for v in original.raw.get("enum", [])}
+        r = {canonical_json(v) for v in update.raw.get("enum", [])}
         missing = sorted(w - r)
         return [f"{path}/enum: values removed: {', '.join(missing)}"] if missing else []
 
     def _const(self, original: _Node, update: _Node, path: str) -> List[str]:
-        w, r = _canonical(original.raw.get("const")), _canonical(update.raw.get("const"))
+        w, r = canonical_json(original.raw.get("const")), canonical_json(update.raw.get("const"))
         return [] if w == r else [f"{path}/const: const changed from {w} to {r}"]
 
     def _not(self, original: _Node, update: _Node, path: str) -> List[str]:
@@ -418,7 +312,7 @@ class _Diff:
                          f"(the writer had {original.spelled()})")
         edges = {i: [j for j, r in enumerate(r_parts)
                      if not self.compare(w, r, f"{path}/{original.kind}/{i}")] for i, w in enumerate(w_parts)}
-        matched = _matching(edges, len(r_parts))
+        matched = bipartite_matching(edges, len(r_parts))
         if len(matched) < min(len(w_parts), len(r_parts)):
             # say why the writer's unmatched branches fit no branch of the same kind
             reasons: List[str] = []
@@ -432,15 +326,15 @@ class _Diff:
 
     def _object(self, original: _Node, update: _Node, path: str) -> List[str]:
         w, r = original.raw, update.raw
-        w_props, r_props = _dict(w.get("properties")), _dict(r.get("properties"))
+        w_props, r_props = as_object(w.get("properties")), as_object(r.get("properties"))
         w_required, r_required = set(w.get("required") or ()), set(r.get("required") or ())
         found: List[str] = []
         for name in w_props:
             if name in r_props and name in r_required and name not in w_required \
-                    and not _has_default(r_props[name]):
+                    and not has_default(r_props[name]):
                 found.append(f"{path}/required/{name}: property {name!r} became required without a default")
         for name in list(w_props) + [n for n in r_props if n not in w_props]:
-            where = f"{path}/properties/{_escape(name)}"
+            where = f"{path}/properties/{escape_pointer(name)}"
             if name not in r_props:
                 found += self._property_removed(original, update, name, where)
             elif name not in w_props:
@@ -449,15 +343,15 @@ class _Diff:
                 found += self.compare(self._child(original, w_props[name]), self._child(update, r_props[name]), where)
         found += self._dependencies(original, update, f"{path}/dependencies")
         found += self._additional(original, update, f"{path}/additionalProperties", "additionalProperties")
-        found += _bound(path, "maxProperties", w.get("maxProperties"), r.get("maxProperties"), upper=True)
-        found += _bound(path, "minProperties", w.get("minProperties"), r.get("minProperties"), upper=False)
+        found += bound_problems(path, "maxProperties", w.get("maxProperties"), r.get("maxProperties"), upper=True)
+        found += bound_problems(path, "minProperties", w.get("minProperties"), r.get("minProperties"), upper=False)
         return found
 
     def _property_removed(self, original: _Node, update: _Node, name: str, where: str) -> List[str]:
-        if _open_object(update.raw):
+        if is_open_object(update.raw):
             return []
         old = self._child(original, original.raw["properties"][name])
-        partial = _partial_object(update.raw, name)
+        partial = partial_object_schema(update.raw, name)
         if partial is not None:
             if self.compare(old, self._child(update, partial), where):
                 return [f"{where}: property removed and the reader's patternProperties/additionalProperties "
@@ -469,22 +363,22 @@ class _Diff:
 
     def _property_added(self, original: _Node, update: _Node, name: str, where: str) -> List[str]:
         new = self._child(update, update.raw["properties"][name])
-        if _open_object(original.raw):
+        if is_open_object(original.raw):
             if new.kind == "empty":
                 return []
             return [f"{where}: property added to an open content model (the writer allowed any value for it)"]
         found: List[str] = []
-        partial = _partial_object(original.raw, name)
+        partial = partial_object_schema(original.raw, name)
         if partial is not None and self.compare(self._child(original, partial), new, where):
             found.append(f"{where}: property added that the writer's patternProperties/additionalProperties "
                          "do not cover")
-        if name in set(update.raw.get("required") or ()) and not _has_default(update.raw["properties"][name]):
+        if name in set(update.raw.get("required") or ()) and not has_default(update.raw["properties"][name]):
             found.append(f"{where}: required property added without a default")
         return found
 
     def _dependencies(self, original: _Node, update: _Node, path: str) -> List[str]:
-        w_arrays, w_schemas = _dependency_maps(original.raw)
-        r_arrays, r_schemas = _dependency_maps(update.raw)
+        w_arrays, w_schemas = dependency_maps(original.raw)
+        r_arrays, r_schemas = dependency_maps(update.raw)
         found: List[str] = []
         for name in sorted(r_arrays):
             if name not in w_arrays:
@@ -504,7 +398,7 @@ class _Diff:
         w, r = original.raw.get(keyword, True), update.raw.get(keyword, True)
         if (w is False) != (r is False):
             return [f"{path}: {keyword} false now (the writer allowed more)"] if r is False else []
-        w_schema, r_schema = _partial_schema(w), _partial_schema(r)
+        w_schema, r_schema = partial_schema(w), partial_schema(r)
         if w_schema is None and r_schema is not None:
             return [f"{path}: {keyword} constrained by a schema now (the writer allowed any value)"]
         if r_schema is None or w_schema is None:
@@ -513,8 +407,8 @@ class _Diff:
 
     def _array(self, original: _Node, update: _Node, path: str) -> List[str]:
         w, r = original.raw, update.raw
-        w_items, w_tuple, w_more = _array_parts(w)
-        r_items, r_tuple, r_more = _array_parts(r)
+        w_items, w_tuple, w_more = array_parts(w)
+        r_items, r_tuple, r_more = array_parts(r)
         found = self.compare(self._child(original, w_items) if w_items is not None else None,
                              self._child(update, r_items) if r_items is not None else None, f"{path}/items")
         for i in range(max(len(w_tuple), len(r_tuple))):
@@ -542,169 +436,8 @@ class _Diff:
             found += self._additional(_Node("array", {"additionalItems": w_more}, original.document),
                                       _Node("array", {"additionalItems": r_more}, update.document),
                                       f"{path}/additionalItems", "additionalItems")
-        found += _bound(path, "maxItems", w.get("maxItems"), r.get("maxItems"), upper=True)
-        found += _bound(path, "minItems", w.get("minItems"), r.get("minItems"), upper=False)
+        found += bound_problems(path, "maxItems", w.get("maxItems"), r.get("maxItems"), upper=True)
+        found += bound_problems(path, "minItems", w.get("minItems"), r.get("minItems"), upper=False)
         if r.get("uniqueItems") is True and w.get("uniqueItems") is not True:
             found.append(f"{path}/uniqueItems: uniqueItems added")
         return found
-
-
-# --- helpers -----------------------------------------------------------------------------
-
-def _bound(path: str, keyword: str, writer: Any, reader: Any, *, upper: bool) -> List[str]:
-    """A limit the reader adds or tightens (an upper limit decreased, a lower one
-    increased) is incompatible."""
-    w, r = _decimal(writer), _decimal(reader)
-    if r is None or w == r:
-        return []
-    if w is None:
-        return [f"{path}/{keyword}: {keyword} {_spell_number(r)} added"]
-    if (r < w) if upper else (r > w):
-        direction = "decreased" if upper else "increased"
-        return [f"{path}/{keyword}: {keyword} {direction} from {_spell_number(w)} to {_spell_number(r)}"]
-    return []
-
-
-def _effective(raw: Dict[str, Any], *, upper: bool) -> Optional[Tuple[Decimal, bool]]:
-    """A number schema's upper (or lower) limit as ``(value, exclusive)``, from
-    ``maximum`` and ``exclusiveMaximum`` (a number, or draft 4's boolean flag on
-    ``maximum``), the tighter of the two; None when there is none."""
-    inclusive_key, exclusive_key = ("maximum", "exclusiveMaximum") if upper else ("minimum", "exclusiveMinimum")
-    inclusive, exclusive = _decimal(raw.get(inclusive_key)), raw.get(exclusive_key)
-    candidates: List[Tuple[Decimal, bool]] = []
-    if inclusive is not None:
-        candidates.append((inclusive, exclusive is True))
-    if _decimal(exclusive) is not None:
-        candidates.append((_decimal(exclusive), True))
-    if not candidates:
-        return None
-    # the tighter limit: the smaller maximum (larger minimum), exclusive on a tie
-    return min(candidates, key=lambda c: ((c[0] if upper else -c[0]), not c[1]))
-
-
-def _limit(path: str, writer: Optional[Tuple[Decimal, bool]], reader: Optional[Tuple[Decimal, bool]], *,
-           upper: bool) -> List[str]:
-    """A numeric limit the reader adds or tightens is incompatible."""
-    if reader is None or writer == reader:
-        return []
-    keyword = ("exclusiveMaximum" if reader[1] else "maximum") if upper else \
-        ("exclusiveMinimum" if reader[1] else "minimum")
-    if writer is None:
-        return [f"{path}/{keyword}: {keyword} {_spell_number(reader[0])} added"]
-    tighter = reader[0] < writer[0] if upper else reader[0] > writer[0]
-    if tighter or reader[0] == writer[0] and reader[1] and not writer[1]:
-        side = "upper" if upper else "lower"
-        return [f"{path}/{keyword}: {side} limit tightened from {_spell_limit(writer, upper)} "
-                f"to {_spell_limit(reader, upper)}"]
-    return []
-
-
-def _spell_limit(limit: Tuple[Decimal, bool], upper: bool) -> str:
-    return ("<" if upper else ">") + ("" if limit[1] else "=") + " " + _spell_number(limit[0])
-
-
-def _decimal(value: Any) -> Optional[Decimal]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return Decimal(str(value))
-    except InvalidOperation:
-        return None
-
-
-def _spell_number(value: Decimal) -> str:
-    return format(value.normalize(), "f") if value == value.to_integral_value() else str(value)
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-def _dict(value: Any) -> Dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _has_default(raw: Any) -> bool:
-    return isinstance(raw, dict) and "default" in raw
-
-
-def _escape(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
-
-
-def _partial_schema(value: Any) -> Optional[Any]:
-    """A schema constraining additional properties/items; None when it allows any."""
-    if value is True or value is False or value is None or value == {}:
-        return None
-    return value
-
-
-def _open_object(raw: Dict[str, Any]) -> bool:
-    return not raw.get("patternProperties") and raw.get("additionalProperties", True) is not False \
-        and _partial_schema(raw.get("additionalProperties", True)) is None
-
-
-def _partial_object(raw: Dict[str, Any], name: str) -> Optional[Any]:
-    """The schema a partially open object gives property ``name``: its first matching
-    ``patternProperties`` entry, else its ``additionalProperties`` schema (``True``
-    when that allows any value); None when the object is closed to ``name``."""
-    for pattern, schema in _dict(raw.get("patternProperties")).items():
-        try:
-            if re.search(pattern, name):
-                return schema
-        except re.error:
-            continue
-    extra = raw.get("additionalProperties", True)
-    if extra is False:
-        return None
-    return True if _partial_schema(extra) is None else extra
-
-
-def _dependency_maps(raw: Dict[str, Any]) -> Tuple[Dict[str, Set[str]], Dict[str, Any]]:
-    """``(property dependencies, schema dependencies)`` from draft 7's ``dependencies``
-    and 2019-09's ``dependentRequired``/``dependentSchemas``."""
-    arrays: Dict[str, Set[str]] = {}
-    schemas: Dict[str, Any] = {}
-    for name, value in _dict(raw.get("dependencies")).items():
-        if isinstance(value, list):
-            arrays[name] = set(value)
-        else:
-            schemas[name] = value
-    arrays.update({k: set(v) for k, v in _dict(raw.get("dependentRequired")).items() if isinstance(v, list)})
-    schemas.update(_dict(raw.get("dependentSchemas")))
-    return arrays, schemas
-
-
-def _array_parts(raw: Dict[str, Any]) -> Tuple[Optional[Any], List[Any], Any]:
-    """``(schema of every item, tuple item schemas, additional items)``: ``items`` as
-    one schema, or tuple items (``items`` as a list, or 2020-12's ``prefixItems`` with
-    ``items`` for the rest) and ``additionalItems`` (True, False or a schema)."""
-    if isinstance(raw.get("prefixItems"), list):
-        more = raw.get("items", True)
-        return None, list(raw["prefixItems"]), more if _partial_schema(more) is not None or more is False else True
-    if isinstance(raw.get("items"), list):
-        more = raw.get("additionalItems", True)
-        return None, list(raw["items"]), more if _partial_schema(more) is not None or more is False else True
-    return raw.get("items"), [], True
-
-
-def _matching(edges: Dict[int, List[int]], right: int) -> Set[int]:
-    """The left vertices of a maximum matching of a bipartite graph (Kuhn's augmenting
-    paths); ``edges`` maps each left vertex to the right vertices it may pair with."""
-    owner: List[Optional[int]] = [None] * right
-
-    def augment(left: int, visited: Set[int]) -> bool:
-        for candidate in edges.get(left, ()):
-            if candidate in visited:
-                continue
-            visited.add(candidate)
-            if owner[candidate] is None or augment(owner[candidate], visited):
-                owner[candidate] = left
-                return True
-        return False
-
-    for left in edges:
-        augment(left, set())
-    return {left for left in owner if left is not None}
-
-

@@ -34,7 +34,7 @@ from .. import compatibility
 from ..model import (CompatibilityLevel, IncompatibleSchema, InvalidSchema, RegisteredSchema, RegistryError,
                      Schema, SchemaNotFound, SchemaReference, SchemaType, SubjectNotFound, VersionNotFound)
 from .canonical import canonical, serialized
-from .log import BrokerLog, MemoryLog, RegistryLog
+from .log import MemoryLog, RegistryLog
 from .state import (MODES, RegistryState, Version, claim_key, claim_value, config_key, delete_version_key,
                     encode, id_key, mode_key)
 
@@ -69,12 +69,6 @@ class SchemaRegistry:
         self._timeout = catch_up_timeout
         with self._lock:
             self._catch_up()
-
-    @classmethod
-    def on_broker(cls, broker_url: str, *, topic: str = "_schemas", **options) -> "SchemaRegistry":
-        """A registry in ``topic`` of the broker at ``broker_url`` (``embedded://DIR`` or
-        ``kafka://HOST:PORT``); creates the topic if missing (1 partition, compacted)."""
-        return cls(BrokerLog(broker_url, topic), **options)
 
     @classmethod
     def in_memory(cls, **options) -> "SchemaRegistry":

@@ -10,218 +10,39 @@ Settings are merged from three sources, lowest precedence first:
 
 Passwords are held in :class:`Secret` and only revealed by the ``*_kwargs()``
 methods that feed the aiokafka constructors.
+
+The sources are read by :mod:`.config_sources`, each setting is checked by
+:mod:`.config_settings`; this module merges them and checks the settings together.
 """
 from __future__ import annotations
 
 import contextvars
-import difflib
 import functools
 import inspect
 import math
 import os
-import re
 import ssl
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from typing import Any, Callable, Mapping
 
 from ...errors import ConfigError
+from .config_settings import (ENV_KEYS, ENV_NAMES, KEYS, SASL_PROTOCOLS, SETTING_SPECS, TLS_PROTOCOLS, Secret,
+                              check_codec, check_known_key, check_librdkafka, check_servers, check_value, coerce_env,
+                              env_name)
+from .config_sources import CONFIG_FILE_ENV, DEFAULT_PORT, ENV_PREFIX, did_you_mean, parse_kafka_url, read_config_file
 
 __all__ = ["KafkaClientConfig", "Secret", "parse_kafka_url", "read_config_file",
            "ENV_PREFIX", "CONFIG_FILE_ENV", "DEFAULT_PORT"]
-
-ENV_PREFIX = "STREAMKIT_KAFKA_"
-CONFIG_FILE_ENV = "STREAMKIT_CONFIG"
-DEFAULT_PORT = 9092
-
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-TLS_PROTOCOLS = ("SSL", "SASL_SSL")
-SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
-KAFKA_CLIENTS = ("aiokafka", "librdkafka")
-LIBRDKAFKA_EXTRA = "librdkafka"
-"""The setup.cfg extra that installs confluent-kafka (librdkafka)."""
 
 _SASL_KEYS = ("sasl_mechanism", "sasl_username", "sasl_password")
 # ssl_check_hostname is left out: it has a default, so it is always "set".
 _SSL_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
 _FILE_KEYS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
-_TOP_LEVEL_KEYS = ("broker", "kafka")
-_ENV_TRUE = ("true", "1", "yes")
-_ENV_FALSE = ("false", "0", "no")
-_HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
-_URL_FORMAT = "kafka://host[:port][,host[:port]...] (port defaults to 9092)"
-
-
-class Secret:
-    """A password that never shows itself: ``repr``/``str`` are ``***``."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The secret value; pass it straight to the client that needs it."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "***"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash((Secret, self._value))
-
-
-class _Spec(NamedTuple):
-    kind: str                       # enum | str | path | secret | bool | int | float
-    nullable: bool = False
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None    # inclusive for ints, exclusive for floats
-
-
-_SPECS: dict[str, _Spec] = {
-    "security_protocol": _Spec("enum", choices=PROTOCOLS),
-    "ssl_cafile": _Spec("path", nullable=True),
-    "ssl_certfile": _Spec("path", nullable=True),
-    "ssl_keyfile": _Spec("path", nullable=True),
-    "ssl_password": _Spec("secret", nullable=True),
-    "ssl_check_hostname": _Spec("bool"),
-    "sasl_mechanism": _Spec("enum", nullable=True, choices=SASL_MECHANISMS),
-    "sasl_username": _Spec("str", nullable=True),
-    "sasl_password": _Spec("secret", nullable=True),
-    "client_id": _Spec("str"),
-    "compression_type": _Spec("enum", choices=COMPRESSION_TYPES),
-    "linger_ms": _Spec("int", minimum=0),
-    "max_batch_size": _Spec("int", minimum=1),
-    "request_timeout_ms": _Spec("int", minimum=1),
-    "session_timeout_ms": _Spec("int", minimum=1),
-    "heartbeat_interval_ms": _Spec("int", minimum=1),
-    "max_poll_interval_ms": _Spec("int", minimum=1),
-    "fetch_max_wait_ms": _Spec("int", minimum=0),
-    "group_instance_id": _Spec("str", nullable=True),
-    "replication_factor": _Spec("int", nullable=True, minimum=1),
-    "connect_timeout_s": _Spec("float", minimum=0),
-    "transaction_timeout_ms": _Spec("int", minimum=1),
-    "kafka_client": _Spec("enum", choices=KAFKA_CLIENTS),
-}
-_LOWERCASE_ENUMS = ("compression_type", "kafka_client")
-_ENV_NAMES = {"kafka_client": "STREAMKIT_KAFKA_CLIENT"}
-"""Environment variables whose name is not ``STREAMKIT_KAFKA_<KEY>`` (no doubled KAFKA_)."""
-KEYS: tuple[str, ...] = tuple(_SPECS)
 
 # Where each setting came from, for error messages; set by from_sources while
 # it constructs the dataclass so __post_init__ can name the right source.
 _ORIGINS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
     "streamkit_kafka_config_origins", default=None)
-
-
-# ---------------------------------------------------------------- broker URL
-
-def parse_kafka_url(url: str) -> tuple[str, ...]:
-    """The ``host:port`` bootstrap servers of a ``kafka://`` URL.
-
-    >>> parse_kafka_url("kafka://h1:9092,h2")
-    ('h1:9092', 'h2:9092')
-    """
-    if not isinstance(url, str) or not url.strip():
-        raise ConfigError(f"broker URL is empty: use {_URL_FORMAT}")
-    scheme, sep, rest = url.strip().partition("://")
-    if not sep or scheme.lower() != "kafka":
-        raise ConfigError(f"broker URL {url!r} is not a Kafka URL: use {_URL_FORMAT}")
-    if "@" in rest:
-        # Don't echo the URL: the part before '@' is probably a password.
-        raise ConfigError("broker URL contains credentials (user:password@host): remove them and "
-                          "set sasl_username and sasl_password instead")
-    rest = rest.rstrip("/")
-    if any(c in rest for c in "/?#"):
-        raise ConfigError(f"broker URL {url!r} has a path, query or fragment: use {_URL_FORMAT}")
-    if not rest:
-        raise ConfigError(f"broker URL {url!r} names no host: use {_URL_FORMAT}")
-    servers: list[str] = []
-    for entry in rest.split(","):
-        server = _parse_server(entry.strip(), f"broker URL {url!r}")
-        if server not in servers:
-            servers.append(server)
-    return tuple(servers)
-
-
-def _parse_server(entry: str, where: str) -> str:
-    """``host[:port]`` or ``[ipv6][:port]`` → ``host:port``."""
-    if not entry:
-        raise ConfigError(f"{where}: empty host entry: use {_URL_FORMAT}")
-    if entry.startswith("["):
-        addr, close, port_part = entry[1:].partition("]")
-        if not close or not _is_ipv6(addr) or (port_part and not port_part.startswith(":")):
-            raise ConfigError(f"{where}: {entry!r} is not a valid [IPv6]:port address")
-        host, port = f"[{addr}]", port_part[1:] if port_part else None
-    else:
-        if entry.count(":") > 1:
-            raise ConfigError(f"{where}: {entry!r}: put IPv6 addresses in brackets, e.g. [::1]:9092")
-        host, colon, port_text = entry.partition(":")
-        if not _HOSTNAME.match(host) or ".." in host:
-            raise ConfigError(f"{where}: {host!r} is not a valid host name or address")
-        port = port_text if colon else None
-    if port is None:
-        return f"{host}:{DEFAULT_PORT}"
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ConfigError(f"{where}: port {port!r} of {entry!r} must be a number from 1 to 65535")
-    return f"{host}:{int(port)}"
-
-
-def _is_ipv6(text: str) -> bool:
-    import ipaddress
-
-    try:
-        ipaddress.IPv6Address(text)
-    except ValueError:
-        return False
-    return True
-
-
-# ---------------------------------------------------------------- config file
-
-def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The parsed TOML file: ``{"broker": ... (if present), "kafka": {...}}``."""
-    name = os.fspath(path)
-    try:
-        with open(name, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {name!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"config file {name!r} is a directory, not a TOML file") from None
-    except OSError as exc:
-        raise ConfigError(f"config file {name!r} cannot be read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {name!r} is not UTF-8 text (byte {exc.start})") from None
-    except tomllib.TOMLDecodeError as exc:
-        # tomllib's message carries "(at line N, column M)".
-        raise ConfigError(f"config file {name!r} is not valid TOML: {exc}") from None
-    for key in data:
-        if key not in _TOP_LEVEL_KEYS:
-            raise ConfigError(f"config file {name!r}: unknown top-level key {key!r}"
-                              f"{_did_you_mean(key, _TOP_LEVEL_KEYS)}; valid keys: broker, [kafka]")
-    if "broker" in data and not (isinstance(data["broker"], str) and data["broker"].strip()):
-        raise ConfigError(f"config file {name!r}: broker must be a URL string such as "
-                          f"\"kafka://host:9092\", got {data['broker']!r}")
-    kafka = data.get("kafka", {})
-    if not isinstance(kafka, dict):
-        raise ConfigError(f"config file {name!r}: kafka must be a table ([kafka] with key = value "
-                          f"lines), got a {type(kafka).__name__}")
-    result: dict[str, Any] = {"kafka": kafka}
-    if "broker" in data:
-        result["broker"] = data["broker"]
-    return result
 
 
 # ---------------------------------------------------------------- the config
@@ -285,9 +106,9 @@ class KafkaClientConfig:
             return origins.get(key, f"KafkaClientConfig argument {key}")
 
         object.__setattr__(self, "bootstrap_servers",
-                           _check_servers(self.bootstrap_servers, origin("bootstrap_servers")))
-        for key, spec in _SPECS.items():
-            object.__setattr__(self, key, _check_value(key, spec, getattr(self, key), origin(key)))
+                           check_servers(self.bootstrap_servers, origin("bootstrap_servers")))
+        for key, spec in SETTING_SPECS.items():
+            object.__setattr__(self, key, check_value(key, spec, getattr(self, key), origin(key)))
         _check_consistency(self, origin, bool(origins))
 
     # ------------------------------------------------------------ building
@@ -311,7 +132,7 @@ class KafkaClientConfig:
                 raise ConfigError(f"app setting kafka_config must be a mapping of setting name to "
                                   f"value, got a {type(app_settings).__name__}")
             for key, value in app_settings.items():
-                _check_known_key(key, "app setting kafka_config")
+                check_known_key(key, "app setting kafka_config")
                 values[key] = value
                 origins[key] = f"app setting kafka_config[{key!r}]"
 
@@ -326,24 +147,24 @@ class KafkaClientConfig:
             file_label = f"config file {file_name!r}{file_label}"
             file_broker = data.get("broker")
             for key, value in data["kafka"].items():
-                _check_known_key(key, f"{file_label}, [kafka] table")
+                check_known_key(key, f"{file_label}, [kafka] table")
                 values[key] = value
                 origins[key] = f"{file_label}, [kafka] {key}"
 
         for name in sorted(env):
             if not name.startswith(ENV_PREFIX):
                 continue
-            key = _ENV_KEYS.get(name, name[len(ENV_PREFIX):].lower())
-            if key not in _SPECS or name != _env_name(key):
-                names = [_env_name(k) for k in KEYS]
+            key = ENV_KEYS.get(name, name[len(ENV_PREFIX):].lower())
+            if key not in SETTING_SPECS or name != env_name(key):
+                names = [env_name(k) for k in KEYS]
                 hint = (f" (did you mean {name.upper()!r}?)" if name.upper() in names
-                        else _did_you_mean(name, names))
+                        else did_you_mean(name, names))
                 raise ConfigError(
                     f"environment variable {name} is not a Kafka setting{hint}; valid: "
-                    f"{ENV_PREFIX}<KEY> with KEY one of {', '.join(k.upper() for k in KEYS if k not in _ENV_NAMES)}"
-                    f", or {', '.join(_ENV_NAMES.values())}")
+                    f"{ENV_PREFIX}<KEY> with KEY one of {', '.join(k.upper() for k in KEYS if k not in ENV_NAMES)}"
+                    f", or {', '.join(ENV_NAMES.values())}")
             origins[key] = f"environment variable {name}"
-            values[key] = _coerce_env(key, _SPECS[key], env[name], origins[key])
+            values[key] = coerce_env(key, SETTING_SPECS[key], env[name], origins[key])
 
         if url is None:
             if file_broker is None:
@@ -512,136 +333,7 @@ class KafkaClientConfig:
         return context
 
 
-# ---------------------------------------------------------------- validation helpers
-
-def _env_name(key: str) -> str:
-    return _ENV_NAMES.get(key) or ENV_PREFIX + key.upper()
-
-
-_ENV_KEYS = {name: key for key, name in _ENV_NAMES.items()}
-
-
-def _did_you_mean(name: str, candidates: Any) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _check_known_key(key: Any, where: str) -> None:
-    if not isinstance(key, str):
-        raise ConfigError(f"{where}: setting names must be strings, got {key!r}")
-    if key in _SPECS:
-        return
-    hint = _did_you_mean(key, KEYS)
-    if not hint and key in ("bootstrap_servers", "broker", "brokers", "url"):
-        hint = " (the brokers come from the kafka:// broker URL)"
-    raise ConfigError(f"{where}: unknown key {key!r}{hint}; valid keys: {', '.join(KEYS)}")
-
-
-def _expected(key: str, spec: _Spec) -> str:
-    if spec.kind == "enum":
-        text = f"one of {', '.join(spec.choices)}"
-    elif spec.kind == "bool":
-        text = "true or false"
-    elif spec.kind == "int":
-        text = f"an integer >= {spec.minimum:g}"
-    elif spec.kind == "float":
-        text = f"a number > {spec.minimum:g}"
-    elif spec.kind == "path":
-        text = "a file path"
-    else:
-        text = "a non-empty string"
-    return text + (" (or unset)" if spec.nullable else "")
-
-
-def _shown(spec: _Spec, value: Any) -> str:
-    """A value for an error message; secrets are described, never shown."""
-    if spec.kind == "secret":
-        return f"a {type(value).__name__}"
-    return repr(value)
-
-
-def _coerce_env(key: str, spec: _Spec, text: str, where: str) -> Any:
-    """An environment variable's string → the key's Python type."""
-    stripped = text.strip()
-    if spec.kind == "secret":
-        return text if text else None
-    if spec.nullable and not stripped:
-        return None
-    if spec.kind == "bool":
-        if stripped.lower() in _ENV_TRUE:
-            return True
-        if stripped.lower() in _ENV_FALSE:
-            return False
-        raise ConfigError(f"{where}: {key} must be one of true/false/1/0/yes/no, got {text!r}")
-    if spec.kind == "int":
-        try:
-            return int(stripped)
-        except ValueError:
-            raise ConfigError(f"{where}: {key} must be {_expected(key, spec)}, got {text!r}") from None
-    if spec.kind == "float":
-        try:
-            return float(stripped)
-        except ValueError:
-            raise ConfigError(f"{where}: {key} must be {_expected(key, spec)}, got {text!r}") from None
-    return stripped
-
-
-def _check_value(key: str, spec: _Spec, value: Any, where: str) -> Any:
-    """Type- and range-check one setting; returns it normalised."""
-    def bad() -> ConfigError:
-        return ConfigError(f"{where}: {key} must be {_expected(key, spec)}, got {_shown(spec, value)}")
-
-    if value is None:
-        if spec.nullable:
-            return None
-        raise bad()
-    kind = spec.kind
-    if kind == "secret":
-        if isinstance(value, Secret):
-            value = value.reveal()
-        if not isinstance(value, str) or not value:
-            raise bad()
-        return Secret(value)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise bad()
-        return value
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int) or value < spec.minimum:
-            raise bad()
-        return value
-    if kind == "float":
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value <= spec.minimum):
-            raise bad()
-        return float(value)
-    if kind == "path":
-        if isinstance(value, os.PathLike):
-            value = os.fspath(value)
-        if not isinstance(value, str) or not value.strip():
-            raise bad()
-        return value
-    if not isinstance(value, str) or not value.strip():
-        raise bad()
-    if kind == "enum":
-        normalised = value.strip().lower() if key in _LOWERCASE_ENUMS else value.strip().upper()
-        if normalised not in spec.choices:
-            raise bad()
-        return normalised
-    return value
-
-
-def _check_servers(servers: Any, where: str) -> tuple[str, ...]:
-    if isinstance(servers, str) or not isinstance(servers, (tuple, list)) or not servers:
-        raise ConfigError(f"{where}: bootstrap_servers must be a non-empty sequence of 'host:port' "
-                          f"strings, got {servers!r}")
-    result = []
-    for entry in servers:
-        if not isinstance(entry, str):
-            raise ConfigError(f"{where}: bootstrap server {entry!r} is not a 'host:port' string")
-        result.append(_parse_server(entry.strip(), where))
-    return tuple(result)
-
+# ---------------------------------------------------------------- checks across settings
 
 def _check_consistency(cfg: KafkaClientConfig, origin: Callable[[str], str], from_sources: bool) -> None:
     """Checks across settings: SASL/SSL vs protocol, files, timeouts, codec."""
@@ -698,38 +390,9 @@ def _check_consistency(cfg: KafkaClientConfig, origin: Callable[[str], str], fro
             f"{origin('heartbeat_interval_ms')}): it is also the group's rebalance timeout, and a member "
             "learns of a rebalance only at its next heartbeat")
 
-    _check_codec(cfg.compression_type, origin("compression_type"))
+    check_codec(cfg.compression_type, origin("compression_type"))
     if cfg.kafka_client == "librdkafka":
-        _check_librdkafka(origin("kafka_client"))
-
-
-def _check_librdkafka(where: str) -> None:
-    """confluent-kafka must be installed for kafka_client=librdkafka (found, not imported:
-    importing it is left to the clients, so validating a config stays light)."""
-    import importlib.util
-
-    try:
-        found = importlib.util.find_spec("confluent_kafka") is not None
-    except (ImportError, ValueError):  # a broken or blocked installation
-        found = False
-    if not found:
-        raise ConfigError(f"{where}: kafka_client 'librdkafka' needs the confluent-kafka package, which is "
-                          f"not installed: pip install 'streamkit[{LIBRDKAFKA_EXTRA}]' (or confluent-kafka), "
-                          "or use kafka_client 'aiokafka' (the default)")
-
-
-def _check_codec(name: str, where: str) -> None:
-    """Fail like aiokafka's producer would, but early and saying what to install."""
-    if name == "none":
-        return
-    from aiokafka import codec
-
-    if getattr(codec, f"has_{name}")():
-        return
-    # aiokafka >= 0.10 implements snappy, lz4 and zstd with cramjam.
-    raise ConfigError(f"{where}: compression_type {name!r} needs the 'cramjam' package, which is "
-                      f"not installed: pip install cramjam (or aiokafka[{name}]), or use one of "
-                      f"{', '.join(COMPRESSION_TYPES)} with its library installed (gzip always is)")
+        check_librdkafka(origin("kafka_client"))
 
 
 @functools.lru_cache(maxsize=None)

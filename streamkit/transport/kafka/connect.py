@@ -16,7 +16,8 @@ from aiokafka.errors import (AuthenticationFailedError, AuthenticationMethodNotS
                              TransactionalIdAuthorizationFailed, UnsupportedSaslMechanismError)
 
 from ...errors import AuthenticationError, AuthorizationError, BrokerUnavailableError
-from .config import SASL_PROTOCOLS, TLS_PROTOCOLS, KafkaClientConfig
+from .config import KafkaClientConfig
+from .config_settings import SASL_PROTOCOLS, TLS_PROTOCOLS
 
 log = logging.getLogger(__name__)
 

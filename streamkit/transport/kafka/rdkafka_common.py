@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import Any, Callable, TypeVar
 
 from ...errors import ConfigError
-from .config import LIBRDKAFKA_EXTRA
+from .config_settings import LIBRDKAFKA_EXTRA
 
 log = logging.getLogger("streamkit.transport.kafka.librdkafka")
 

@@ -11,7 +11,7 @@ from streamkit.runtime.external_sources import ExternalSourceConsumer
 from streamkit.runtime.metrics import TaskMetrics
 from streamkit.runtime.topics_setup import prepare_topics
 from streamkit.transport.base import PartitionOffsets, TopicPartition
-from streamkit.transport.embedded import EmbeddedBroker
+from streamkit.broker import EmbeddedBroker
 from streamkit.broker.errors import UnknownPartitionError, UnknownTopicError
 from streamkit.transport.embedded.transport import EmbeddedConsumer
 from tests.broker.test_housekeeping import fill, partition_dir, read_all, segments
