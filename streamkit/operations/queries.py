@@ -132,7 +132,7 @@ class StoreQueries:
         if data is None:
             raise QueryError(400, f"key {key!r} serializes to no bytes: it has no partition")
         partition = partition_for_key(data, count)
-        return Located(store, spec.kind, f"{sub.id}_{partition}", partition)
+        return Located(store, spec.kind, make_task_id(sub.id, partition), partition)
 
     def tasks_of(self, store: str) -> List[str]:
         """Every task of the app that holds a part of ``store``."""
@@ -140,7 +140,7 @@ class StoreQueries:
         sub = next(s for s in self._topology.sub_topologies if store in s.store_names)
         partitions = getattr(self._worker, "partitions", None) or {}
         count = max((partitions.get(t, 0) for t in self._topology.source_nodes(sub)), default=0)
-        return [f"{sub.id}_{p}" for p in range(count)]
+        return [make_task_id(sub.id, p) for p in range(count)]
 
     def local_store(self, located: Located, allow_standby: bool) -> Tuple[Optional[Any], bool]:
         """(the store, from a standby?) when this worker can answer for ``located``'s task
