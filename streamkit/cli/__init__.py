@@ -39,7 +39,8 @@ class _Cli(click.Group):
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="The least severe log messages written to stderr.")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
               metavar="FILE", help="TOML file with `broker = \"kafka://...\"` and a [kafka] table of client "
                                    "settings (TLS, SASL, ...); default $STREAMKIT_CONFIG.")

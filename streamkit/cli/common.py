@@ -47,13 +47,16 @@ FORMATS = ("json", "text", "avro", "json-schema", "protobuf")
 REGISTRY_FORMATS = ("avro", "json-schema", "protobuf")
 
 
-def format_options(fn):
+def format_options(fn=None, *, value_default: str = "--format"):
     """``--key-format/--value-format``, their schemas, Protobuf message names and
-    ``--registry``, shared by ``produce`` and ``consume``."""
+    ``--registry``, shared by ``produce`` and ``consume``; ``value_default`` says what
+    ``--value-format`` defaults to (``@format_options(value_default=...)``)."""
+    if fn is None:
+        return lambda f: format_options(f, value_default=value_default)
     options = [
         click.option("--value-format", type=click.Choice(FORMATS), default=None,
                      help="How values are encoded: json/text (plain), or avro, json-schema, protobuf in "
-                          "Confluent's wire format with a Schema Registry (default: --format)."),
+                          f"Confluent's wire format with a Schema Registry (default: {value_default})."),
         click.option("--key-format", type=click.Choice(FORMATS), default=None,
                      help="How keys are encoded, as --value-format (default: text for strings, else json)."),
         click.option("--schema", "value_schema", type=click.Path(exists=True, dir_okay=False), default=None,

@@ -33,10 +33,12 @@ def sample_pageviews(count: int, seed: int = 7) -> List[Tuple[str, dict]]:
 
 
 @click.command()
-@click.option("--events", type=click.IntRange(min=1), default=20_000, show_default=True)
+@click.option("--events", type=click.IntRange(min=1), default=20_000, show_default=True,
+              help="How many sample page views to produce.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
               help="Embedded broker directory (default: a fresh temporary one).")
-@click.option("--app", "app_spec", default="apps.pageviews", show_default=True)
+@click.option("--app", "app_spec", default="apps.pageviews", show_default=True, metavar="MODULE[:ATTR]",
+              help="The app to run on the page views (an importable module, or module:attribute).")
 def demo(events: int, directory: Optional[str], app_spec: str) -> None:
     """Produce sample page views, run the pageviews app until idle, print counts per page."""
     directory = directory or tempfile.mkdtemp(prefix="streamkit-demo-")

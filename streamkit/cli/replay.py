@@ -18,7 +18,8 @@ _PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.*)$")
 
 @click.command()
 @click.argument("app_spec", metavar="APP")
-@click.option("--backend", type=click.Choice(["spark"]), default="spark", show_default=True)
+@click.option("--backend", type=click.Choice(["spark"]), default="spark", show_default=True,
+              help="The batch engine that replays the app (Spark, the only one so far).")
 @click.option("--input", "inputs", multiple=True, metavar="TOPIC=SOURCE",
               help="Where to read TOPIC: an embedded broker DIR, archive:DIR (sk.sinks.ParquetArchive), "
                    "files:GLOB, parquet-files:GLOB or kafka:HOST:PORT. Topics without one are read from "

@@ -1,4 +1,4 @@
-"""``streamkit topics create|list|describe|delete``."""
+"""``streamkit topics create|list|describe|alter|delete``, like kafka-topics and kafka-configs."""
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -6,11 +6,12 @@ from typing import Optional, Tuple
 import click
 
 from .common import broker_option, connected, require_topic
+from .console_admin import alter_topic_config, live_consumer_groups
 
 
 @click.group()
 def topics() -> None:
-    """Create, list, describe and delete topics."""
+    """Create, list, describe, alter and delete topics."""
 
 
 def _parse_configs(pairs: Tuple[str, ...]) -> dict:
@@ -25,7 +26,8 @@ def _parse_configs(pairs: Tuple[str, ...]) -> dict:
 
 @topics.command("create")
 @click.argument("name")
-@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True,
+              help="How many partitions (records of one key always go to the same one).")
 @click.option("--config", "configs", multiple=True, metavar="NAME=VALUE",
               help="Topic config, e.g. cleanup.policy=compact (repeatable).")
 @click.option("--if-not-exists", is_flag=True, help="Succeed if the topic already exists.")
@@ -64,12 +66,52 @@ def describe(name: str, broker: Optional[str]) -> None:
             click.echo(f"{partition:>9}  {offsets.start:>12}  {offsets.end:>12}  {offsets.end - offsets.start:>10}")
 
 
-@topics.command("delete")
+@topics.command("alter")
 @click.argument("name")
+@click.option("--config", "configs", multiple=True, metavar="NAME=VALUE",
+              help="Set this topic config, e.g. retention.ms=86400000 (repeatable); other configs are kept.")
+@click.option("--delete-config", "deleted", multiple=True, metavar="NAME",
+              help="Remove this topic config, back to the broker's default (repeatable).")
 @broker_option
-def delete(name: str, broker: Optional[str]) -> None:
-    """Delete topic NAME and its data."""
+def alter(name: str, configs: Tuple[str, ...], deleted: Tuple[str, ...], broker: Optional[str]) -> None:
+    """Change configs of topic NAME, like kafka-configs --alter --add-config/--delete-config.
+
+    Only the configs named change. On the embedded broker, retention and compaction
+    follow at their next pass; segment.bytes applies to processes started afterwards."""
+    if not configs and not deleted:
+        raise click.UsageError("give --config NAME=VALUE and/or --delete-config NAME")
+    set_configs = _parse_configs(configs)
+    both = sorted(set(set_configs) & set(deleted))
+    if both:
+        raise click.UsageError(f"{', '.join(both)}: both set and deleted")
     with connected(broker) as transport:
         require_topic(transport, name)
+        after = alter_topic_config(transport, name, set_configs, list(deleted))
+        shown = ",".join(f"{k}={v}" for k, v in sorted(after.items())) or "-"
+        click.echo(f"altered topic {name}: configs now {shown}")
+
+
+@topics.command("delete")
+@click.argument("name")
+@click.option("--force", is_flag=True,
+              help="Delete even while consumer groups with live members read the topic (they then fail).")
+@broker_option
+def delete(name: str, force: bool, broker: Optional[str]) -> None:
+    """Delete topic NAME and its data.
+
+    Refused without --force while a group with live members has committed offsets on
+    it: its workers would fail on the missing topic (kafka-topics deletes without
+    looking; its consumer-groups tool refuses changes to live groups, which is the
+    rule followed here)."""
+    with connected(broker) as transport:
+        require_topic(transport, name)
+        live = live_consumer_groups(transport, name)
+        if live:
+            readers = "; ".join(f"group '{group}' ({len(members)} live member(s): {', '.join(members)})"
+                                for group, members in sorted(live.items()))
+            if not force:
+                raise click.ClickException(f"topic '{name}' is consumed by {readers}: stop them first, or "
+                                           f"add --force to delete it anyway")
+            click.echo(f"warning: deleting topic '{name}' consumed by {readers}", err=True)
         transport.admin.delete_topic(name)
         click.echo(f"deleted topic {name}")

@@ -66,7 +66,8 @@ def worker(app_spec: str, broker: Optional[str], until_idle: Optional[float], gu
 
 @click.command()
 @click.argument("app_spec", metavar="APP")
-@click.option("--format", "fmt", type=click.Choice(["text", "mermaid"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "mermaid"]), default="text", show_default=True,
+              help="text: an indented listing; mermaid: a flowchart for Markdown (GitHub, mermaid.live).")
 def describe(app_spec: str, fmt: str) -> None:
     """Print APP's topology: sub-topologies, sources, processors, stores, sinks."""
     sys.stdout.write(load_app(app_spec).describe(fmt))

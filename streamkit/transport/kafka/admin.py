@@ -11,7 +11,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.errors import (CommitFailedError, GroupAuthorizationFailedError, IncompatibleBrokerVersion,
-                             KafkaConnectionError, KafkaError, OffsetOutOfRangeError, TopicAlreadyExistsError,
+                             GroupIdNotFound, KafkaConnectionError, KafkaError, NonEmptyGroup,
+                             OffsetOutOfRangeError, TopicAlreadyExistsError,
                              TopicAuthorizationFailedError, UnknownTopicOrPartitionError,
                              NodeNotReadyError, RequestTimedOutError, UnsupportedVersionError, for_code)
 
@@ -315,6 +316,63 @@ class KafkaAdmin(Admin):
                                  "workers before changing its offsets") from None
         finally:
             await quietly(consumer.stop())
+
+    def delete_group(self, group: str) -> None:
+        """Delete ``group`` and its committed offsets, as ``kafka-consumer-groups --delete``:
+        StreamkitError for an unknown group or one with live members (Kafka refuses it)."""
+        self._call(self._delete_group(group))
+
+    async def _delete_group(self, group: str) -> None:
+        from .console_admin import delete_group
+
+        code = await delete_group(await self._admin(), group)
+        if code == 0:
+            return
+        error = for_code(code)
+        if error is GroupAuthorizationFailedError:
+            raise refused(self._config, "group", f"to delete group '{group}' (DELETE)", error.__name__)
+        if error is GroupIdNotFound:
+            raise StreamkitError(f"unknown group '{group}' on {self._servers}")
+        if error is NonEmptyGroup:
+            raise StreamkitError(f"group '{group}' has live members on {self._servers}: stop them before "
+                                 "deleting the group")
+        raise StreamkitError(f"deleting group '{group}' on {self._servers} failed: {error.__name__}")
+
+    # -- topic configs and timestamps -----------------------------------------------
+    def alter_topic_config(self, name: str, set_configs: Mapping[str, str],
+                           delete_configs: Sequence[str] = ()) -> Dict[str, str]:
+        """Set ``set_configs`` and remove ``delete_configs`` (back to the broker's default)
+        on topic ``name``, leaving its other configs alone; return its configs after."""
+        return self._call(self._alter_topic_config(name, dict(set_configs), list(delete_configs)))
+
+    async def _alter_topic_config(self, name: str, set_configs: Dict[str, str],
+                                  delete_configs: List[str]) -> Dict[str, str]:
+        from .console_admin import alter_topic_config
+
+        code, message = await alter_topic_config(await self._admin(), name, set_configs, delete_configs)
+        if code != 0:
+            error = for_code(code)
+            what = ", ".join([f"{k}={v}" for k, v in set_configs.items()] + [f"-{k}" for k in delete_configs])
+            if error is TopicAuthorizationFailedError or error.__name__ == "ClusterAuthorizationFailedError":
+                raise refused(self._config, "topic", f"to alter configs of topic '{name}' (ALTER_CONFIGS)",
+                              message or error.__name__)
+            if error is UnknownTopicOrPartitionError:
+                raise StreamkitError(f"unknown topic '{name}' on {self._servers}")
+            raise ConfigError(f"topic '{name}' on {self._servers}: cannot change configs ({what}): "
+                              f"{error.__name__}: {message or ''}".rstrip(": "))
+        return await self._topic_config(name)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> Optional[int]:
+        """The earliest offset of a record whose timestamp is >= ``timestamp_ms`` (Kafka's
+        ListOffsets by timestamp), None when there is none."""
+        return self._call(self._offset_for_time(topic, partition, timestamp_ms))
+
+    async def _offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> Optional[int]:
+        await self._connect()
+        assert self._offsets is not None
+        tp = KafkaTopicPartition(topic, partition)
+        found = (await self._offsets.offsets_for_times({tp: max(timestamp_ms, 0)})).get(tp)
+        return None if found is None else found.offset
 
     # -- records ------------------------------------------------------------------
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> None:

@@ -1,0 +1,70 @@
+"""Admin operations of the embedded broker that the console tools need beyond the
+broker's own :class:`~streamkit.broker.EmbeddedBroker` methods: changing a topic's
+configs after creation, and finding the offset of a timestamp.
+
+The embedded log has no timestamp index: :func:`offset_for_time` reads the partition
+from its start until it finds the timestamp (one pass, as fast as a consumer reads)."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from typing import Dict, Mapping, Optional, Sequence
+
+from ...broker import EmbeddedBroker, UnknownTopicError, validate_topic_name
+from ...broker.broker import META_FILE
+from ...broker.group_store import write_json_atomic
+from ...broker.topic_config import validate_topic_config
+
+CONFIG_LOCK_FILE = ".config.lock"
+"""In the topic's directory: held while its meta.json is rewritten, so that two
+concurrent changes of different keys both stay."""
+_READ_CHUNK = 10_000
+
+
+def alter_topic_config(broker: EmbeddedBroker, name: str, set_configs: Mapping[str, str],
+                       delete_configs: Sequence[str] = ()) -> Dict[str, str]:
+    """Set ``set_configs`` and remove ``delete_configs`` (back to the default) on topic
+    ``name``, keeping its other configs; return its configs after. ValueError for an
+    unknown key or a bad value (nothing is changed then), UnknownTopicError for a topic
+    that does not exist. Retention and compaction follow the new configs at their next
+    pass; ``segment.bytes`` applies to processes that open the topic afterwards."""
+    directory = broker.directory / "topics" / validate_topic_name(name)
+    try:
+        fd = os.open(directory / CONFIG_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except (FileNotFoundError, NotADirectoryError):
+        raise UnknownTopicError(f"unknown topic '{name}' on embedded://{broker.directory}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with open(directory / META_FILE, "rb") as f:
+                meta = json.loads(f.read())
+        except FileNotFoundError:  # deleted while we waited for the lock
+            raise UnknownTopicError(f"unknown topic '{name}' on embedded://{broker.directory}") from None
+        config = {k: v for k, v in dict(meta.get("config", {})).items() if k not in delete_configs}
+        config.update(set_configs)
+        try:
+            meta["config"] = validate_topic_config(config)
+        except ValueError as exc:
+            raise ValueError(f"topic '{name}': {exc}") from None
+        write_json_atomic(directory / META_FILE, meta)
+        return dict(meta["config"])
+    finally:
+        os.close(fd)
+
+
+def offset_for_time(broker: EmbeddedBroker, topic: str, partition: int, timestamp_ms: int) -> Optional[int]:
+    """The earliest offset of a record whose timestamp is >= ``timestamp_ms`` (records of
+    open and aborted transactions included, as Kafka's ListOffsets), None when there is none."""
+    reader = broker.reader(topic, partition, read_committed=False)
+    try:
+        reader.seek_to_start()
+        while True:
+            records = reader.read(_READ_CHUNK)
+            if not records:
+                return None
+            for offset, timestamp, *_ in records:
+                if timestamp >= timestamp_ms:
+                    return offset
+    finally:
+        reader.close()
