@@ -36,7 +36,11 @@ log = logging.getLogger("bench.peers")
 TICK_S = 0.001
 WARMUP_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 30.0
-COLUMNS = ("embedded", "streamkit", "streamkit-rdkafka", "raw", "faust", "quix")
+COLUMNS = ("embedded", "streamkit", "streamkit-rdkafka", "streamkit-eos", "raw", "faust", "quix")
+EOS_COMMIT_INTERVALS_S = (0.1, 0.05)
+"""``streamkit-eos`` runs S1 under exactly_once once per commit interval: its outputs are
+visible (read_committed) only when the transaction commits, so its latency is bounded by
+the interval, not by processing."""
 FETCH_MAX_WAIT_MS = 5
 """Every framework's consumer (and the output reader) lets the broker hold an empty fetch
 this long at most. Tansu answers a fetch at the end of the log only when this expires,
@@ -159,7 +163,8 @@ async def kafka_session(bootstrap: str, source: str, sink: str, rate: int, secon
         await producer.stop()
 
 
-def measure_kafka(column: str, bootstrap: str, rate: int, seconds: float, verbose: bool = False) -> dict:
+def measure_kafka(column: str, bootstrap: str, rate: int, seconds: float, verbose: bool = False,
+                  commit_interval_s: float = COMMIT_INTERVAL_S) -> dict:
     from bench.kafka_throughput import create_topics, delete_topics
 
     run_id = f"bench-latency-{column}-{uuid.uuid4().hex[:8]}"
@@ -168,7 +173,8 @@ def measure_kafka(column: str, bootstrap: str, rate: int, seconds: float, verbos
     asyncio.run(create_topics(bootstrap, [source, sink]))
     spec = {"framework": module_of(column), "scenario": "S1", "bootstrap": bootstrap, "app_id": run_id,
             "source": source, "sink": sink, "table": None, "events": 1 << 62, "state_dir": state_dir, "caching": False,
-            "commit_interval_s": COMMIT_INTERVAL_S, "fetch_max_wait_ms": FETCH_MAX_WAIT_MS, "verbose": verbose}
+            "commit_interval_s": commit_interval_s, "fetch_max_wait_ms": FETCH_MAX_WAIT_MS, "verbose": verbose,
+            "exactly_once": column == "streamkit-eos"}
     env = child_env()
     child = subprocess.Popen([sys.executable, "-m", "bench.peers.child", json.dumps(spec)], env=env,
                              stdout=subprocess.DEVNULL, stderr=None if verbose else subprocess.DEVNULL)
@@ -249,7 +255,7 @@ def embedded_worker(directory: str) -> None:
 
 def module_of(column: str) -> str:
     """The ``bench.peers.frameworks`` module of a latency column."""
-    return column.replace("-", "_")
+    return "streamkit" if column == "streamkit-eos" else column.replace("-", "_")
 
 
 def measure_all(patterns: Sequence[str], bootstrap: Optional[str], rate: int = 10_000, seconds: float = 30.0,
@@ -265,17 +271,24 @@ def measure_all(patterns: Sequence[str], bootstrap: Optional[str], rate: int = 1
     from bench.kafka_throughput import open_broker
 
     columns = [c for c in COLUMNS if any(fnmatch.fnmatch(c, p) for p in patterns)]
-    runs: Dict[str, List[dict]] = {c: [] for c in columns}
-    out: Dict[str, dict] = {}
+    # (label, column, commit interval): streamkit-eos once per interval, labelled with it
+    plans: List[Tuple[str, str, float]] = []
     for column in columns:
+        if column == "streamkit-eos":
+            plans += [(f"streamkit-eos-{interval * 1000:g}ms", column, interval) for interval in EOS_COMMIT_INTERVALS_S]
+        else:
+            plans.append((column, column, COMMIT_INTERVAL_S))
+    runs: Dict[str, List[dict]] = {label: [] for label, _, _ in plans}
+    out: Dict[str, dict] = {}
+    for label, column, _ in plans:
         if column != "embedded":
             try:
                 importlib.import_module(f"bench.peers.frameworks.{module_of(column)}")
             except ImportError as exc:
-                out[column] = {"skipped": f"skipped: {exc.name} is not installed"}
+                out[label] = {"skipped": f"skipped: {exc.name} is not installed"}
     for rep in range(reps):
-        for column in columns:
-            if column in out:
+        for label, column, interval in plans:
+            if label in out:
                 continue
             try:
                 if column == "embedded":
@@ -283,21 +296,23 @@ def measure_all(patterns: Sequence[str], bootstrap: Optional[str], rate: int = 1
                 else:
                     broker = open_broker(bootstrap)
                     try:
-                        figures = measure_kafka(column, broker.bootstrap, rate, seconds, verbose)
+                        figures = measure_kafka(column, broker.bootstrap, rate, seconds, verbose,
+                                                commit_interval_s=interval)
                     finally:
                         broker.stop()
-                runs[column].append(figures)
-                log.info("latency %s (rep %d): p50 %.1f ms, p99 %.1f ms, max %.1f ms", column, rep + 1,
+                figures["commit_interval_ms"] = interval * 1000
+                runs[label].append(figures)
+                log.info("latency %s (rep %d): p50 %.1f ms, p99 %.1f ms, max %.1f ms", label, rep + 1,
                          figures["p50_ms"], figures["p99_ms"], figures["max_ms"])
             except Exception as exc:  # noqa: BLE001 - reported in the table instead of a figure
-                log.error("latency %s failed: %s", column, exc)
-                out[column] = {"skipped": f"failed: {exc}"}
-    for column, figures in runs.items():
-        if column in out or not figures:
+                log.error("latency %s failed: %s", label, exc)
+                out[label] = {"skipped": f"failed: {exc}"}
+    for label, figures in runs.items():
+        if label in out or not figures:
             continue
         ordered = sorted(figures, key=lambda f: f["p50_ms"])
-        out[column] = {**ordered[len(ordered) // 2],
-                       "reps": [{k: f[k] for k in ("p50_ms", "p99_ms", "max_ms", "falls_behind")} for f in figures]}
+        out[label] = {**ordered[len(ordered) // 2],
+                      "reps": [{k: f[k] for k in ("p50_ms", "p99_ms", "max_ms", "falls_behind")} for f in figures]}
     return out
 
 

@@ -30,11 +30,13 @@ def unsupported(scenario: Scenario, transactions: bool) -> Optional[str]:
 
 def build_app(scenario: str, app_id: str, source: str, sink: str, table: Optional[str] = None, *,
               caching: bool = False, commit_interval_s: Optional[float] = None,
-              fetch_max_wait_ms: Optional[int] = None, partitions: int = PARTITIONS) -> sk.App:
+              fetch_max_wait_ms: Optional[int] = None, partitions: int = PARTITIONS,
+              exactly_once: bool = False) -> sk.App:
     """The app of ``scenario`` (S0 .. S5) reading ``source`` and writing ``sink`` (topics
-    of ``partitions`` partitions when the app creates them)."""
+    of ``partitions`` partitions when the app creates them); S5, or any scenario with
+    ``exactly_once``, runs under exactly_once."""
     app = sk.App(app_id, store_backend="rocksdb", caching=caching,
-                 processing_guarantee="exactly_once" if scenario == "S5" else "at_least_once",
+                 processing_guarantee="exactly_once" if scenario == "S5" or exactly_once else "at_least_once",
                  commit_interval=None if commit_interval_s is None else timedelta(seconds=commit_interval_s),
                  kafka_config={} if fetch_max_wait_ms is None else {"fetch_max_wait_ms": fetch_max_wait_ms})
     raw = scenario == "S0"
@@ -70,7 +72,7 @@ def run(spec: dict, probe: Probe) -> None:
 
     app = build_app(spec["scenario"], spec["app_id"], spec["source"], spec["sink"], spec.get("table"),
                     caching=spec.get("caching", False), commit_interval_s=spec.get("commit_interval_s"),
-                    fetch_max_wait_ms=spec.get("fetch_max_wait_ms"))
+                    fetch_max_wait_ms=spec.get("fetch_max_wait_ms"), exactly_once=spec.get("exactly_once", False))
     tune_gc_for_streaming()
     transport = open_transport(f"kafka://{spec['bootstrap']}", kafka_config=app.kafka_config)
     worker = app.worker(transport, until_idle=spec.get("safety_idle_s", 30.0), state_dir=spec["state_dir"])
