@@ -12,18 +12,26 @@
 ``GET /stores/{store}``                the store's entries, paged: ``?prefix=&limit=&after=``
 ``GET /lag``                           the group's lag, Burrow-style (:mod:`.lag`)
 ``GET /status``                        tasks, their states, rates, lag and late drops (JSON)
-``GET /``                              the live page (topology diagram and task table)
+``GET /history``                       the last minutes, sampled every second: records/s,
+                                       lag, late drops and dead letters per task, per
+                                       sub-topology and for the worker; restores in
+                                       progress with ETA; the latest commits (JSON,
+                                       ``?since=`` epoch ms for the newer samples only)
+``GET /``                              the live page (topology with live rates, charts,
+                                       tasks, restores, commits)
 =====================================  ===================================================
 
 **Threads.** The server runs in a thread of its own, with its own event loop, so that
 code blocking the worker's event loop (a ``time.sleep`` in a processor) cannot silence
 it. What each endpoint reads, and where:
 
-- ``/health``, ``/metrics``, ``/topology.mmd``, ``/``: answered in the HTTP thread from
+- ``/health``, ``/metrics``, ``/history``, ``/topology.mmd``, ``/``: answered in the HTTP thread from
   plain numbers the worker keeps (its vital signs, per-task and per-store counters, the
   heartbeat the worker's loop stamps every ``HEARTBEAT_S``) and the immutable topology;
   never the stores' contents. End offsets for the lag metrics are read in a thread
-  pool, from the transport's admin client (which has its own loop).
+  pool, from the transport's admin client (which has its own loop). The history
+  (:mod:`.history`) is sampled from those counters once a second in this thread; lag
+  for it is re-read at most every ``LAG_HISTORY_REFRESH_S`` when nothing else reads it.
 - ``/ready``, ``/status``, ``/lag``, ``/stores/...``: run as coroutines on the worker's
   event loop, between its processing steps, so they read stores and task states
   consistently and never while a store is being closed (stores are opened and closed
@@ -58,6 +66,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..core.http_security import HttpSecurity, log_binding, parse_bind_address, security_middleware
 from ..core.records import TopicPartition
+from .history import SAMPLE_EVERY_S, WorkerHistory, take_moment, take_sample
 from .metrics import worker_registry
 from .queries import Entry, QueryError, StoreQueries, Unavailable, key_text, merge_pages, parse_key, to_json, url_key
 
@@ -75,6 +84,8 @@ LOOP_BUSY_AFTER_S = 5.0
 LAG_READ_TIMEOUT_S = 3.0
 """How long /metrics waits for end offsets before serving the last known lag."""
 RACE_RETRIES = 5
+LAG_HISTORY_REFRESH_S = 5.0
+"""When no /status or /metrics reader refreshes the lag, the history re-reads it this often."""
 T = TypeVar("T")
 PAGE_DIR = os.path.join(os.path.dirname(__file__), "page")
 FORWARDED = "X-Streamkit-Forwarded"
@@ -118,6 +129,10 @@ class OperationsServer:
         self._http_loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._heartbeat: Optional[asyncio.Task] = None
+        self.history = WorkerHistory()
+        """The last minutes of this worker's counters (sampled in the HTTP thread)."""
+        self._sampling: Optional[asyncio.Task] = None
+        self._lag_refreshing: Optional[asyncio.Future] = None
         self.url: Optional[str] = None
         """``http(s)://host:port`` once started (the real port when 0 was asked for)."""
 
@@ -180,7 +195,12 @@ class OperationsServer:
                 listening.set_exception(exc)
                 return
             listening.set_result(url)
+            self._sampling = loop.create_task(self._sample_forever())
             loop.run_forever()
+            background = [t for t in (self._sampling, self._lag_refreshing) if t is not None]
+            for task in background:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*background, return_exceptions=True))
             if self._runner is not None:
                 loop.run_until_complete(self._runner.cleanup())
                 self._runner = None
@@ -194,6 +214,7 @@ class OperationsServer:
             web.get("/metrics", self.metrics), web.get("/health", self.health), web.get("/ready", self.ready),
             web.get("/stores/{store}", self.list_store), web.get("/stores/{store}/{key:.+}", self.query),
             web.get("/lag", self.lag_status), web.get("/status", self.status),
+            web.get("/history", self.history_json),
             web.get("/topology.mmd", self.topology), web.get("/", self.page),
             web.static("/page", PAGE_DIR, show_index=False)])
         self._runner = web.AppRunner(app, access_log=None)
@@ -209,6 +230,33 @@ class OperationsServer:
         log_binding(f"the HTTP endpoints of app {self.worker.app_id}", self.host, port, url, self.security,
                     self.credentials)
         return url
+
+    async def _sample_forever(self) -> None:
+        """Sample the worker's counters into :attr:`history` every SAMPLE_EVERY_S (HTTP thread)."""
+        next_at = time.monotonic()
+        while True:
+            try:
+                self._sample()
+            except Exception:  # noqa: BLE001 - a failed sample leaves a gap, never stops sampling
+                log.exception("sampling the worker's counters for /history failed")
+            next_at = max(next_at + SAMPLE_EVERY_S, time.monotonic())
+            await asyncio.sleep(next_at - time.monotonic())
+
+    def _sample(self) -> None:
+        if time.monotonic() - self._lag_read_at >= LAG_HISTORY_REFRESH_S and (
+                self._lag_refreshing is None or self._lag_refreshing.done()):
+            self._lag_read_at = time.monotonic()
+            self._lag_refreshing = asyncio.ensure_future(self._read_lag())
+        lag = dict(self.lag)
+        self.history.add(_read_racing(lambda: take_sample(self.worker, lag)))
+
+    async def history_json(self, request: web.Request) -> web.Response:
+        try:
+            since = _int_param(request, "since")
+        except QueryError as exc:
+            return _error(exc)
+        moment = _read_racing(lambda: take_moment(self.worker.observations))
+        return _json(self.history.snapshot(moment, since))
 
     async def _on_worker_loop(self, work: Callable[[], Awaitable[T]]) -> T:
         """``await work()`` run on the worker's event loop (from the HTTP thread).
@@ -439,12 +487,21 @@ class OperationsServer:
     # -- lag and status ----------------------------------------------------------------
     async def refresh_lag(self) -> Dict[TopicPartition, int]:
         """Records behind the end per input partition of the running tasks (re-read from
-        the broker at most every LAG_REFRESH_S; the last known lag when the broker does
-        not answer within LAG_READ_TIMEOUT_S). Call from the HTTP thread."""
-        now = time.monotonic()
-        if now - self._lag_read_at < LAG_REFRESH_S:
-            return self.lag
-        self._lag_read_at = now
+        the broker at most every LAG_REFRESH_S, unless the tasks' partitions changed since
+        the last read; the last known lag when the broker does not answer within
+        LAG_READ_TIMEOUT_S). A read in flight is awaited, not repeated. Call from the
+        HTTP thread."""
+        reading = self._lag_refreshing
+        if reading is None or reading.done():
+            if time.monotonic() - self._lag_read_at < LAG_REFRESH_S and \
+                    set(_read_racing(self.worker.input_positions)) == set(self.lag):
+                return self.lag
+            self._lag_read_at = time.monotonic()
+            reading = self._lag_refreshing = asyncio.ensure_future(self._read_lag())
+        await asyncio.shield(reading)
+        return self.lag
+
+    async def _read_lag(self) -> None:
         positions = _read_racing(self.worker.input_positions)
         admin = self.worker.transport.admin
         loop = asyncio.get_running_loop()
@@ -460,10 +517,9 @@ class OperationsServer:
             lag = await asyncio.wait_for(loop.run_in_executor(None, behind), LAG_READ_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - reported as missing lag, logged
             log.warning("could not read end offsets for the lag metrics: %s", exc or type(exc).__name__)
-            return self.lag
+            return
         self.lag.clear()
         self.lag.update(lag)
-        return self.lag
 
     @property
     def lag_evaluator(self) -> Optional[Any]:
@@ -510,6 +566,9 @@ class OperationsServer:
             rows.append({"task": task_id, "state": state, "records_processed": processed,
                          "records_per_second": round(rate, 1), "lag": behind,
                          "late_records_dropped": task.metrics.late_records_dropped if task is not None else 0,
+                         "records_dead_lettered": task.metrics.records_dead_lettered if task is not None else 0,
+                         "cache_bytes": (sum(s.buffer.cached_bytes for s in task.store_set.open_stores)
+                                         if task is not None else 0),
                          "restore": _restore_of(worker, task_id)})
         return {"app": worker.app_id, "worker": self.url, "health": self.health_problem() or "ok",
                 "ready": self.readiness_problem() or "ready", "tasks": rows}

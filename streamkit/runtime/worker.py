@@ -299,7 +299,8 @@ class Worker(CommitSteps):
             # processed since, and the group may already have moved the partitions.
             if (now >= next_commit or buffered > cache_limit) and not self._suspended:
                 await self._commit()
-                observations.committed(time.monotonic() - now)
+                observations.committed(time.monotonic() - now,
+                                       {tid: task.metrics.records_processed for tid, task in self.tasks.items()})
                 next_commit = time.monotonic() + self.commit_interval
                 self._round_deadline = time.monotonic() + self._round_budget
             self._progress.maybe_log(now, self.tasks)
