@@ -40,7 +40,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 $(VENV)/.installed-bench: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/pip install --quiet -e '.[bench,bench-bytewax,bench-pathway]'
 	touch $@
 
 bench: $(VENV)/.installed-bench

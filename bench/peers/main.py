@@ -4,7 +4,8 @@ machine, every figure verified against the true result before it is printed.
 Columns: streamkit on Kafka (caching off: one update per event, the peers' work; and with
 its default caching), streamkit on its embedded broker (both ways), the raw aiokafka
 consume -> produce loop (the limit), Kafka Streams 4.1 itself (a JVM; caching off and on),
-faust-streaming and Quix Streams. Scenarios S0 .. S5
+faust-streaming, Quix Streams, Bytewax and Pathway (their own state, in memory; each
+module's ``CONTRACT`` says where it departs from the output contract). Scenarios S0 .. S5
 are described in ``bench.peers.workload``. Also: S1 end-to-end latency at a fixed offered
 load (``latency``), and the time to restore a 1,000,000-record changelog (``restore``).
 
@@ -17,7 +18,8 @@ tansu`` a fresh Tansu per scenario (no transactions: S5 is skipped).
 
 ``--only`` takes ``streamkit:S2``, ``quix:*``, ``*:S1``, ``latency``, ``latency:embedded``,
 ``restore``; frameworks: streamkit, streamkit-rdkafka (librdkafka client), streamkit-cached, embedded,
-embedded-cached, raw, kafka-streams, kafka-streams-cached, faust, quix. Results go to bench/results/peers.json and bench/results/peers.png.
+embedded-cached, raw, kafka-streams, kafka-streams-cached, faust, quix, bytewax, pathway.
+Results go to bench/results/peers.json and bench/results/peers.png.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ log = logging.getLogger("bench.peers")
 RESULTS = os.path.join(ROOT, "bench", "results", "peers.json")
 CHART = os.path.join(ROOT, "bench", "results", "peers.png")
 KAFKA_COLUMNS = ("raw", "streamkit", "streamkit-rdkafka", "streamkit-cached", "kafka-streams",
-                 "kafka-streams-cached", "faust", "quix")
+                 "kafka-streams-cached", "faust", "quix", "bytewax", "pathway")
 CACHED_COLUMNS = ("streamkit-cached", "kafka-streams-cached")
 EMBEDDED_COLUMNS = ("embedded", "embedded-cached")
 EXTRAS = ("latency", "restore")
@@ -62,7 +64,8 @@ def load_framework(column: str) -> Any:
     try:
         return importlib.import_module(f"bench.peers.frameworks.{framework_of(column)}")
     except ImportError as exc:
-        return f"skipped: {exc.name or exc} is not installed (pip install -e '.[bench]')"
+        extra = {"bytewax": "bench-bytewax", "pathway": "bench-pathway"}.get(column, "bench")
+        return f"skipped: {exc.name or exc} is not installed (pip install -e '.[{extra}]')"
 
 
 def selected(only: Sequence[str], column: str, scenario: str) -> bool:
@@ -83,7 +86,7 @@ def extra_selected(only: Sequence[str], name: str) -> List[str]:
 
 def versions() -> Dict[str, str]:
     out = {"python": platform.python_version()}
-    for column in ("streamkit", "streamkit-rdkafka", "kafka-streams", "raw", "faust", "quix"):
+    for column in ("streamkit", "streamkit-rdkafka", "kafka-streams", "raw", "faust", "quix", "bytewax", "pathway"):
         module = load_framework(column)
         try:
             out[column] = module if isinstance(module, str) else module.version()
@@ -108,6 +111,7 @@ def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Res
             transactions = {"supported": broker.supports_transactions,
                             "why_not": getattr(broker, "why_no_transactions", None)}
             runnable = []
+            modules = {}
             for column in columns:
                 module = load_framework(column)
                 reason = module if isinstance(module, str) else module.unsupported(scenario,
@@ -119,6 +123,7 @@ def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Res
                     log.info("%s %s: %s", column, name, reason)
                 else:
                     runnable.append(column)
+                    modules[column] = module
             expected = scenario.expect(events, table)
             runs: Dict[str, List[dict]] = {c: [] for c in runnable}
             failed: Dict[str, str] = {}
@@ -127,16 +132,21 @@ def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Res
                     if column in failed:
                         continue
                     try:
+                        module = modules[column]
+                        coalesced = column in CACHED_COLUMNS or name in getattr(module, "COALESCED_SCENARIOS", ())
                         runs[column].append(run_once(framework_of(column), name, broker.bootstrap, events, table,
-                                                     expected, caching=column in CACHED_COLUMNS,
-                                                     verbose=args.verbose))
-                    except (VerificationError, RuntimeError) as exc:
+                                                     expected, caching=coalesced, verbose=args.verbose,
+                                                     group_offsets=getattr(module, "COMMITS_GROUP_OFFSETS", True)))
+                    except (VerificationError, RuntimeError, subprocess.TimeoutExpired) as exc:
                         failed[column] = str(exc)
                         log.error("%s %s: NOT VERIFIED, no figure: %s", column, name, exc)
             for column in runnable:
                 results.setdefault(name, {})[column] = (
                     {"skipped": f"failed: {failed[column][:300]}"} if column in failed
                     else summarize(runs[column], len(events)))
+                contract = getattr(modules[column], "CONTRACT", None)
+                if contract:
+                    results[name][column]["contract"] = contract
         finally:
             broker.stop()
     return transactions
@@ -155,7 +165,7 @@ def run_embedded(args: argparse.Namespace, only: Sequence[str], results: report.
             runs = [embedded.run_once(name, events, table, expected, caching=column == "embedded-cached")
                     for _ in range(args.reps)]
             results.setdefault(name, {})[column] = summarize(runs, len(events))
-        except (VerificationError, RuntimeError) as exc:
+        except (VerificationError, RuntimeError, subprocess.TimeoutExpired) as exc:
             log.error("%s %s: NOT VERIFIED, no figure: %s", column, name, exc)
             results.setdefault(name, {})[column] = {"skipped": f"failed: {str(exc)[:300]}"}
 
