@@ -24,8 +24,11 @@ make_events). Producing is not timed. The app (bench/apps_spark_replay.py):
     (stages, output Parquet and final stores written); the SparkSession's start-up is
     timed and reported apart. Per stage (each sub-topology, or cycle of them) and per
     output written: its wall seconds as the replay reports them (ReplayResult.stages and
-    .outputs), printed and recorded. Peak RSS: the Spark process tree (the JVM and its
-    Python workers, summed), sampled every 0.2 s during the replay, and the JVM's own VmHWM.
+    .outputs), printed and recorded, and the rest of the replay's wall time (planning,
+    between stages). The Spark process tree (the JVM, the Python daemon and workers) is
+    sampled with psutil every 0.2 s during the replay: the peak of its summed RSS (see
+    TreeUsage) and its CPU seconds; and the JVM's own peak RSS (VmHWM).
+    The session is streamkit's own (get_session's SESSION_DEFAULTS: 1 GiB driver heap).
 
 Both figures are input events/s: N / seconds. Ratio: Spark's over the streaming run's.
 
@@ -84,6 +87,9 @@ LATE_AFTER = 10_000
 """No late event before this index (stream time must be well past them)."""
 MASTER = "local[2]"
 RESULTS = os.path.join(ROOT, "bench", "results", "spark_replay.json")
+SESSION_KEYS = ("spark.driver.memory", "spark.driver.extraJavaOptions", "spark.sql.adaptive.enabled",
+                "spark.python.worker.reuse", "spark.sql.execution.arrow.maxRecordsPerBatch")
+"""Session settings recorded with the figures."""
 START = 1_700_000_000_000
 
 Record = Tuple[bytes, bytes, int]
@@ -219,61 +225,66 @@ def replay_output(path: str) -> List[Tuple[str, int, int, int]]:
     return out
 
 
-# -- peak RSS of the Spark process tree --------------------------------------------------------
+# -- memory and CPU of the Spark process tree ------------------------------------------------
 
-def _status_kib(pid: int, field: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith(field):
-                    return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        pass
-    return 0
+class TreeUsage:
+    """Samples a process and its descendants (psutil) every ``interval`` seconds until
+    stopped: the peak of their summed RSS, and the CPU seconds each used, as last seen.
 
-
-def _descendants(root: int) -> List[int]:
-    children: Dict[int, List[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-class TreeRss:
-    """Samples the summed RSS of a process and its descendants until stopped; keeps the peak."""
+    A child the JVM is starting shares the JVM's memory until it runs its program (Java
+    starts processes with posix_spawn): such a clone (the JVM's command line) is not
+    counted, or a Python daemon's start would count the JVM twice. Spark's Python workers
+    are forked from one daemon and share some of its pages: the sum counts those once per
+    worker (reading each process's PSS instead costs 0.1 s per process and sample here)."""
 
     def __init__(self, root: int, interval: float = 0.2) -> None:
-        self.root, self.interval = root, interval
-        self.peak_kib = 0
+        import psutil
+
+        self.root = psutil.Process(root)
+        self.root_command = self.root.cmdline()
+        self.interval = interval
+        self.peak_rss = 0
+        self.cpu: Dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            processes = [self.root] + self.root.children(recursive=True)
+        except psutil.Error:
+            return
+        rss = 0
+        for process in processes:
+            try:
+                if process is not self.root and process.cmdline() == self.root_command:
+                    continue
+                memory = process.memory_info()
+                times = process.cpu_times()
+            except psutil.Error:  # gone between listing and reading
+                continue
+            rss += memory.rss
+            self.cpu[process.pid] = times.user + times.system
+        self.peak_rss = max(self.peak_rss, rss)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self.cpu.values())
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            total = sum(_status_kib(pid, "VmRSS:") for pid in _descendants(self.root))
-            self.peak_kib = max(self.peak_kib, total)
+            self.sample()
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "TreeRss":
+    def __enter__(self) -> "TreeUsage":
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.sample()
 
 
 # -- the two runs ---------------------------------------------------------------------------
@@ -313,6 +324,15 @@ def run_streaming(directory: str, n: int, late: int) -> Tuple[dict, List[str]]:
                      f"{late:,} dropped as late (the late ones by construction)"]
 
 
+def _peak_rss_mib(pid: int) -> float:
+    """The process's own peak RSS (VmHWM), in MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def run_spark(directory: str, output: str, n: int, bulk: bool) -> Tuple[dict, List[str], object]:
     """The replay's figures, its checks and the session (to compare with, then stop)."""
     from streamkit.spark import get_session, replay
@@ -323,20 +343,24 @@ def run_spark(directory: str, output: str, n: int, bulk: bool) -> Tuple[dict, Li
     spark.sparkContext.setLogLevel("ERROR")
     jvm_pid = spark.sparkContext._gateway.proc.pid
     load = os.getloadavg()[0]
-    with TreeRss(jvm_pid) as tree:
+    with TreeUsage(jvm_pid) as tree:
         started = time.perf_counter()
         result = replay(app, inputs={TOPIC: directory}, output=output, spark=spark, bulk=bulk)
         seconds = time.perf_counter() - started
     written = {o.name: o.records for o in result.outputs if o.kind == "topic"}
     stages = [{"name": s.name, "how": s.how, "reads": s.reads, "input_records": s.input_records, "sent": s.sent,
-               "seconds": s.seconds} for s in result.stages]
+               "slices": s.slices, "seconds": s.seconds} for s in result.stages]
     outputs = [{"kind": o.kind, "name": o.name, "records": o.records, "seconds": o.seconds} for o in result.outputs]
+    between = seconds - sum(s.seconds for s in result.stages) - sum(o.seconds for o in result.outputs)
     figures = {"seconds": seconds, "events_per_second": n / seconds, "session_startup_seconds": startup,
-               "replay_reported_seconds": result.seconds, "input_records": result.input_records,
-               "stages": stages, "outputs": outputs, "stage_seconds": result.stage_seconds(),
-               "output_records": written.get(OUTPUT), "peak_rss_mib": tree.peak_kib / 1024,
-               "jvm_peak_rss_mib": _status_kib(jvm_pid, "VmHWM:") / 1024, "master": MASTER, "bulk": bulk,
-               "spark_version": spark.version, "load_average_1m": [load, os.getloadavg()[0]]}
+               "replay_reported_seconds": result.seconds, "planning_and_between_stages_seconds": between,
+               "input_records": result.input_records, "stages": stages, "outputs": outputs,
+               "stage_seconds": result.stage_seconds(), "output_records": written.get(OUTPUT),
+               "peak_rss_mib": tree.peak_rss / 2**20,
+               "tree_cpu_seconds": tree.cpu_seconds, "jvm_peak_rss_mib": _peak_rss_mib(jvm_pid),
+               "session_config": {key: spark.conf.get(key, None) for key in SESSION_KEYS},
+               "master": MASTER, "bulk": bulk, "spark_version": spark.version,
+               "load_average_1m": [load, os.getloadavg()[0]]}
     if result.input_records != n:
         return figures, [f"FAILED: replay: read {result.input_records:,} of {n:,} input records"], spark
     return figures, [f"ok: replay: read all {n:,} input records"], spark
@@ -412,11 +436,14 @@ def main(argv: Optional[List[str]] = None) -> None:
         else:
             ratio = sparkf["events_per_second"] / live["events_per_second"]
             print(f"\n  spark      {sparkf['seconds']:>8.1f} s  {sparkf['events_per_second']:>9,.0f} events/s  "
-                  f"peak RSS {sparkf['peak_rss_mib']:,.0f} MiB (JVM + Python workers; JVM alone "
-                  f"{sparkf['jvm_peak_rss_mib']:,.0f} MiB); session start-up "
-                  f"{sparkf['session_startup_seconds']:.1f} s (not counted)", flush=True)
+                  f"session start-up {sparkf['session_startup_seconds']:.1f} s (not counted), planning and "
+                  f"between stages {sparkf['planning_and_between_stages_seconds']:.1f} s", flush=True)
+            print(f"    Spark process tree (JVM + Python daemon and workers): peak RSS summed "
+                  f"{sparkf['peak_rss_mib']:,.0f} MiB (JVM alone: peak RSS {sparkf['jvm_peak_rss_mib']:,.0f} MiB); "
+                  f"{sparkf['tree_cpu_seconds']:.1f} CPU s", flush=True)
             for stage in sparkf["stages"]:
-                print(f"    stage {stage['name']} ({stage['how']}, reads {', '.join(stage['reads'])}): "
+                how = stage["how"] + (f" in {stage['slices']} slices" if stage["slices"] else "")
+                print(f"    stage {stage['name']} ({how}, reads {', '.join(stage['reads'])}): "
                       f"{stage['seconds']:.1f} s, {stage['input_records']:,} replayed record(s) read, "
                       f"{stage['sent']:,} sent", flush=True)
             for written in sparkf["outputs"]:

@@ -15,9 +15,14 @@ from typing import Any, Dict, List
 CANDIDATES_PER_PARTITION = 64
 """Values tried per partition: a partition is missed with probability about e^-64."""
 
+SPARK_HASH_SEED = 42
+"""The seed of Spark SQL's ``hash()`` (Murmur3, 32 bits), which ``repartition`` uses."""
+
+_MASK = 0xFFFFFFFF
+
 
 class TaskRouting:
-    """The routing values of a session, per partition count (found once, by a tiny Spark job)."""
+    """The routing values of a session, per partition count (computed on the driver)."""
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
@@ -27,7 +32,7 @@ class TaskRouting:
         """For each ``p < partitions``: a bigint whose Spark hash partition is ``p``."""
         found = self._routes.get(partitions)
         if found is None:
-            found = self._routes[partitions] = _find_routes(self.spark, partitions)
+            found = self._routes[partitions] = find_routes(partitions)
         return found
 
     def by_task(self, frame: Any, column: str, partitions: int) -> Any:
@@ -38,14 +43,33 @@ class TaskRouting:
         return frame.repartition(partitions, F.element_at(routes, F.pmod(F.col(column), F.lit(partitions)) + 1))
 
 
-def _find_routes(spark: Any, partitions: int) -> List[int]:
-    from pyspark.sql import functions as F
+def find_routes(partitions: int) -> List[int]:
+    """For each ``p < partitions``: the smallest non-negative bigint whose Spark hash
+    partition (``pmod(hash(value), partitions)``) is ``p``; ``p`` itself for a partition
+    none of the candidates reaches (correct, maybe uneven)."""
+    found: Dict[int, int] = {}
+    for value in range(CANDIDATES_PER_PARTITION * partitions):
+        found.setdefault(spark_hash_long(value) % partitions, value)
+        if len(found) == partitions:
+            break
+    return [found.get(p, p) for p in range(partitions)]
 
-    candidates = spark.range(0, CANDIDATES_PER_PARTITION * partitions, numPartitions=1)
-    rows = (candidates.select(F.pmod(F.hash("id"), F.lit(partitions)).alias("p"), "id")
-            .groupBy("p").agg(F.min("id").alias("value")).collect())
-    by_partition = {row["p"]: row["value"] for row in rows}
-    missing = [p for p in range(partitions) if p not in by_partition]
-    if missing:  # never seen in practice: fall back to the plain hash (correct, maybe uneven)
-        return [by_partition.get(p, p) for p in range(partitions)]
-    return [by_partition[p] for p in range(partitions)]
+
+def spark_hash_long(value: int) -> int:
+    """Spark SQL's ``hash()`` of a bigint: Murmur3 x86 32-bit over its two 32-bit halves
+    (low first), seed 42, as a signed int."""
+    h1 = SPARK_HASH_SEED
+    for half in (value & _MASK, (value >> 32) & _MASK):
+        k1 = (half * 0xCC9E2D51) & _MASK
+        k1 = ((k1 << 15) | (k1 >> 17)) & _MASK
+        k1 = (k1 * 0x1B873593) & _MASK
+        h1 ^= k1
+        h1 = ((h1 << 13) | (h1 >> 19)) & _MASK
+        h1 = (h1 * 5 + 0xE6546B64) & _MASK
+    h1 ^= 8
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _MASK
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1

@@ -4,6 +4,13 @@ Jars Spark should load (its Kafka source, for ``kafka:`` inputs) come from
 ``STREAMKIT_SPARK_JARS``: jar files and folders of jars, separated by commas or
 ``os.pathsep``, e.g. the folder ``scripts/ensure-spark-kafka`` prints. They are passed
 as ``spark.jars`` (local files: nothing is downloaded when Spark starts).
+
+A session streamkit starts is sized for a replay (:data:`SESSION_DEFAULTS`): the driver
+JVM only plans, shuffles, sorts and keeps the stages' rows, which spill to local disk
+when they outgrow its memory, so its heap is bounded (1 GiB, ``spark.driver.memory`` or
+``STREAMKIT_SPARK_DRIVER_MEMORY``) instead of growing towards Spark's default; the
+records are processed in the Python workers. Any of these settings given to
+:func:`get_session` wins. A SparkSession the caller passes to a replay is theirs to size.
 """
 from __future__ import annotations
 
@@ -18,6 +25,24 @@ from ..errors import ConfigError
 
 DEFAULT_MASTER = "local[*]"
 JARS_ENV_VAR = "STREAMKIT_SPARK_JARS"
+DRIVER_MEMORY_ENV_VAR = "STREAMKIT_SPARK_DRIVER_MEMORY"
+
+SESSION_DEFAULTS: Mapping[str, str] = {
+    "spark.driver.memory": "1g",
+    # The serial collector: no parallel GC threads competing with the Python workers for
+    # the cores, and the least native memory beside the heap. The client compiler only:
+    # the JVM's share of a replay is short loops (Arrow conversion, shuffle, sort), and
+    # the server compiler's work at start-up cost more than it gave back (measured on
+    # bench/spark_replay.py).
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+    # Adaptive execution re-plans at every shuffle, as a separate Spark job each time: a
+    # replay's shuffles put each task in its own partition already (.routing).
+    "spark.sql.adaptive.enabled": "false",
+    "spark.ui.showConsoleProgress": "true",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.session.timeZone": "UTC",
+}
+"""What :func:`get_session` sets on a session it starts, unless given other values."""
 
 
 def check_java() -> None:
@@ -55,7 +80,8 @@ def configured_jars(environ: Optional[Mapping[str, str]] = None) -> List[str]:
 
 def get_session(master: Optional[str] = None, *, app_name: str = "streamkit-replay", **config: str) -> Any:
     """A SparkSession on ``master`` (default ``local[*]``) whose Python workers run this
-    interpreter with this interpreter's import path, so they can import the app. The
+    interpreter with this interpreter's import path, so they can import the app, set up
+    with :data:`SESSION_DEFAULTS` (``config`` overrides them). The
     jars of ``STREAMKIT_SPARK_JARS`` are added to ``spark.jars`` (after any in ``config``).
     A session already running is returned as it is (Spark reads ``spark.jars`` only at
     start)."""
@@ -69,11 +95,12 @@ def get_session(master: Optional[str] = None, *, app_name: str = "streamkit-repl
     paths = [p for p in sys.path if p] + [os.getcwd()]
     current = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(([current] if current else []) + paths))
-    builder = (SparkSession.builder.master(master or DEFAULT_MASTER).appName(app_name)
-               .config("spark.ui.showConsoleProgress", "true")
-               .config("spark.driver.memory", os.environ.get("STREAMKIT_SPARK_DRIVER_MEMORY", "4g"))
-               .config("spark.python.worker.reuse", "true")
-               .config("spark.sql.session.timeZone", "UTC"))
+    builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName(app_name)
+    settings = dict(SESSION_DEFAULTS)
+    if os.environ.get(DRIVER_MEMORY_ENV_VAR):
+        settings["spark.driver.memory"] = os.environ[DRIVER_MEMORY_ENV_VAR]
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     jars = [j for j in config.pop("spark.jars", "").split(",") if j.strip()] + configured_jars()
     if jars:
         config["spark.jars"] = ",".join(dict.fromkeys(jars))

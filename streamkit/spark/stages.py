@@ -18,9 +18,11 @@ feed each other (a foreign-key join) run together in one Spark partition.
 What each stage emits is kept in Spark's block store (``localCheckpoint``: the rows
 as they are, far cheaper to store than a DataFrame's columnar cache) for the
 stages and outputs that read it, and counted from its ``tally`` rows by the action
-that computes it, which times the stage. A kept stage no longer has its lineage:
-on a cluster, losing an executor fails the replay instead of recomputing the
-lost part (rerun it).
+that computes it, which times the stage. The rows are kept on local disk only: in
+the JVM's memory a 5M-record stage took gigabytes of heap, and collecting its
+garbage cost more CPU than reading the rows back (bench/spark_replay.py). A kept
+stage no longer has its lineage: on a cluster, losing an executor fails the replay
+instead of recomputing the lost part (rerun it).
 """
 from __future__ import annotations
 
@@ -106,6 +108,13 @@ class StagesRun:
                 rdd.unpersist(True)
 
 
+def _kept_level() -> Any:
+    """Where a stage's rows are kept: on local disk only (see the module docstring)."""
+    from pyspark import StorageLevel
+
+    return StorageLevel.DISK_ONLY
+
+
 def _kept_rdds(spark: Any) -> Dict[int, Any]:
     """The session's persisted RDDs (JVM handles) by id."""
     return {int(rdd_id): rdd for rdd_id, rdd in spark.sparkContext._jsc.getPersistentRDDs().items()}
@@ -137,7 +146,7 @@ class Stages:
             summary = StageSummary(list(component), "", reads)
             started = time.monotonic()
             stage, slices = self._stage(component, rank, by_topic, summary, run.cached)
-            out = stage.localCheckpoint(eager=False)
+            out = stage.localCheckpoint(eager=False, storageLevel=_kept_level())
             contents, slice_stats = self._count(out, summary, run)
             run.contents.append(contents)
             if slices is not None:

@@ -32,7 +32,7 @@ from streamkit.spark.arrow_rows import (EmittedRows, decode_headers, encode_head
 from streamkit.spark.kafka_input import kafka_records
 from streamkit.spark.outputs import write_outputs
 from streamkit.spark.replay import plan_replay
-from streamkit.spark.routing import TaskRouting
+from streamkit.spark.routing import TaskRouting, spark_hash_long
 from streamkit.spark.stages import Stages
 from streamkit.testing import TopologyTestDriver
 from streamkit.core.partitioner import partition_for_key
@@ -161,6 +161,17 @@ def test_task_p_lands_in_spark_partition_p(spark, tasks: int) -> None:
     placed = (TaskRouting(spark).by_task(frame, "task", tasks)
               .select("task", F.spark_partition_id().alias("where")).distinct().collect())
     assert sorted((r["task"], r["where"]) for r in placed) == [(p, p) for p in range(tasks)]
+
+
+def test_routes_use_sparks_own_hash(spark) -> None:
+    """The driver computes the routing values with Spark's hash of a bigint (no Spark job):
+    it agrees with Spark's ``hash()`` on small, negative and large values."""
+    from pyspark.sql import functions as F
+
+    values = list(range(-300, 300)) + [2**31 - 1, 2**31, -2**31, 2**32 + 7, 2**62 + 12345, -2**63, 2**63 - 1]
+    frame = spark.createDataFrame([(v,) for v in values], "v bigint")
+    got = {row["v"]: row["h"] for row in frame.select("v", F.hash("v").alias("h")).collect()}
+    assert {v: spark_hash_long(v) for v in values} == got
 
 
 class OneSparkPartition(TaskRouting):
