@@ -23,6 +23,16 @@ class BytesStore(abc.ABC):
         without a changelog, the encoded ``input_positions`` its contents reflect, all or
         nothing."""
 
+    def apply_restored(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: int) -> None:
+        """Write ``entries`` replayed from the changelog, which reach ``changelog_offset`` (the
+        next offset to replay). A store may hold them without making them durable until
+        :meth:`settle_restored`; its checkpoint never claims more than it holds durably."""
+        self.apply(entries, changelog_offset)
+
+    def settle_restored(self) -> None:
+        """Make everything :meth:`apply_restored` wrote durable and record the changelog offset
+        it reaches (restore calls it now and then, and when it ends)."""
+
     @abc.abstractmethod
     def delete_range(self, start: bytes, end: bytes) -> None:
         """Delete every entry with start <= key < end (the changelog offset stays)."""

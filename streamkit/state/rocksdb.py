@@ -13,7 +13,7 @@ import struct
 import time
 from typing import Iterator, Mapping, Optional, Tuple
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from ..errors import StorageError, errno_in_text
 from .bytes_store import BytesStore
@@ -24,6 +24,8 @@ _META_CF = "streamkit"
 _OFFSET_KEY = b"changelog-offset"
 _OFFSET = struct.Struct(">q")
 _INPUT_KEY = b"input-positions"
+_WITHOUT_WAL = WriteOptions()
+_WITHOUT_WAL.disable_wal = True
 
 
 def _options() -> Options:
@@ -43,7 +45,13 @@ class RocksDBBytesStore(BytesStore):
     Batches go through RocksDB's write-ahead log without an fsync: a killed process
     loses nothing RocksDB acknowledged (the OS has it); a power loss may lose the
     last batches, but data and checkpoint go together, so restore replays the
-    changelog from wherever RocksDB ended up."""
+    changelog from wherever RocksDB ended up.
+
+    Restore writes without the write-ahead log (:meth:`apply_restored`), as Kafka Streams
+    restores in bulk: what it replays becomes durable when :meth:`settle_restored` flushes
+    the memtables to files, and only then is its checkpoint written (through the log). A
+    crash in between leaves the last settled checkpoint, with any data written since on top
+    (records of the changelog after it, which the next restore replays again in order)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -51,6 +59,8 @@ class RocksDBBytesStore(BytesStore):
         self._db = Rdict(path, _options(), column_families={_META_CF: Options(raw_mode=True)})
         self._meta = self._db.get_column_family_handle(_META_CF)
         self._meta_cf = self._db.get_column_family(_META_CF)
+        self._restored_to: Optional[int] = None
+        """Changelog offset replayed without the write-ahead log and not settled yet."""
 
     @classmethod
     def open_or_rebuild(cls, path: str) -> Tuple["RocksDBBytesStore", Optional[str]]:
@@ -100,6 +110,33 @@ class RocksDBBytesStore(BytesStore):
         except Exception as exc:  # rocksdict raises plain Exception
             raise self._storage_error(f"write of {len(entries)} key(s)", exc) from exc
 
+    def apply_restored(self, entries: Mapping[bytes, Optional[bytes]], changelog_offset: int) -> None:
+        """Write replayed ``entries`` without the write-ahead log and without the checkpoint
+        (see the class docstring); :meth:`settle_restored` makes them durable."""
+        batch = WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete
+        for key, value in entries.items():
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        try:
+            self._db.write(batch, _WITHOUT_WAL)
+        except Exception as exc:  # rocksdict raises plain Exception
+            raise self._storage_error(f"write of {len(entries)} restored key(s)", exc) from exc
+        self._restored_to = changelog_offset
+
+    def settle_restored(self) -> None:
+        """Flush what restore wrote to files, then checkpoint the offset it reached."""
+        if self._restored_to is None:
+            return
+        try:
+            self._db.flush(True)  # only the data's column family: the checkpoint's goes through the log
+        except Exception as exc:
+            raise self._storage_error("flush of restored data", exc) from exc
+        offset, self._restored_to = self._restored_to, None
+        self.apply({}, offset)
+
     def input_positions(self) -> Optional[bytes]:
         return self._meta_cf.get(_INPUT_KEY)
 
@@ -124,6 +161,7 @@ class RocksDBBytesStore(BytesStore):
         return self._db.property_int_value("rocksdb.estimate-num-keys") or 0
 
     def reset(self) -> None:
+        self._restored_to = None
         self.close()
         Rdict.destroy(self.path)
         self.__init__(self.path)  # type: ignore[misc]

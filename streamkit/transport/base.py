@@ -26,6 +26,21 @@ class FetchedBatch(NamedTuple):
     records: Sequence[RawRecord]
 
 
+class ChangelogChunk(NamedTuple):
+    """What a run of records of one (changelog) partition leaves behind: the last value per
+    key (None: deleted), as a store restored from them must hold it."""
+
+    topic: str
+    partition: int
+    latest: Mapping[bytes, Optional[bytes]]
+    records: int
+    """How many records the chunk covers (several of one key count each)."""
+    first_offset: int
+    last_offset: int
+    """The offsets the chunk covers, from its first record to its last (or to the end of the
+    record batch holding that: a store restored from it reflects the log up to here)."""
+
+
 class Admin(abc.ABC):
     """Topic and consumer-group administration."""
 
@@ -90,6 +105,15 @@ class Consumer(abc.ABC):
     @abc.abstractmethod
     async def fetch(self, max_wait: float) -> list[FetchedBatch]:
         """Records available now, waiting up to ``max_wait`` seconds for some."""
+
+    async def fetch_changes(self, max_wait: float) -> list[ChangelogChunk]:
+        """As :meth:`fetch`, each partition's records reduced to the last value per key (for
+        restoring a store from its changelog; headers and timestamps are not kept). A
+        transport may read these faster than :meth:`fetch` (no per-record objects)."""
+        return [ChangelogChunk(batch.topic, batch.partition,
+                               {key: value for _offset, _ts, key, value, _headers in batch.records},
+                               len(batch.records), batch.records[0][0], batch.records[-1][0])
+                for batch in await self.fetch(max_wait) if batch.records]
 
     @abc.abstractmethod
     async def commit(self, offsets: Mapping[TopicPartition, int],

@@ -50,17 +50,24 @@ def test_ready_is_503_while_restoring_then_200(tmp_path: Path) -> None:
         while not stop.is_set():
             status, body, _ = get(url + "/ready")
             seen.append((status, json.loads(body).get("reason", "")))
-            if status == 503 and "restoring" in seen[-1][1]:
-                progress.append(total(metric_samples(url), "streamkit_restore_records_remaining"))
             time.sleep(0.002)
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    def watch_metrics() -> None:
+        # On a thread of its own: /metrics is answered off the worker's loop, at any moment of
+        # the restore (/ready only between its steps, which a fast restore makes few).
+        while not stop.is_set() and not (seen and seen[-1][0] == 200):
+            progress.append(total(metric_samples(url), "streamkit_restore_records_remaining"))
+            time.sleep(0.002)
+
+    watchers = [threading.Thread(target=watch, daemon=True), threading.Thread(target=watch_metrics, daemon=True)]
+    for watcher in watchers:
+        watcher.start()
     try:
         wait_for(lambda: seen and seen[-1][0] == 200, 60, "readiness after the restore")
     finally:
         stop.set()
-        watcher.join(10)
+        for watcher in watchers:
+            watcher.join(10)
     restoring = [reason for status, reason in seen if status == 503 and reason.startswith("restoring task(s)")]
     assert restoring, f"never saw the restore: {sorted(set(seen))[:10]}; restored {total(metric_samples(url), 'streamkit_restored_records_total')}"
     assert all(status == 503 for status, _ in seen[:seen.index((503, restoring[0]))]), seen[:20]

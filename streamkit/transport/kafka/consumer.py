@@ -16,7 +16,8 @@ from aiokafka.protocol.types import (Boolean, CompactArray, CompactString, Int16
                                      TaggedFields)
 
 from ...errors import StreamkitError
-from ..base import Consumer, FetchedBatch, TopicPartition
+from ..base import ChangelogChunk, Consumer, FetchedBatch, TopicPartition
+from .changelog_fetch import ChangelogFetcher, OutOfRange
 from .config import KafkaClientConfig
 from .connect import authorization_error, start_with_retry
 from .no_auto_create import no_topic_auto_creation
@@ -45,6 +46,7 @@ class KafkaAssignedConsumer(Consumer):
         self._seeks: Dict[TopicPartition, Optional[int]] = {}
         self._positions: Dict[TopicPartition, int] = {}
         self._assignment_changed = False
+        self._changes = ChangelogFetcher(self._kafka, read_committed)
 
     def assign(self, partitions: Sequence[TopicPartition], positions: Mapping[TopicPartition, int]) -> None:
         for tp in partitions:
@@ -55,6 +57,7 @@ class KafkaAssignedConsumer(Consumer):
         self._assignment_changed = True
 
     def unassign(self, partitions: Sequence[TopicPartition]) -> None:
+        self._changes.forget(list(partitions))
         for tp in partitions:
             self._assigned.discard(tp)
             self._seeks.pop(tp, None)
@@ -68,11 +71,14 @@ class KafkaAssignedConsumer(Consumer):
         lost, self._lost = [(tp, first, end) for tp, first, end in self._lost if tp in self._assigned], []
         return lost
 
-    async def _prepare(self) -> None:
+    async def _start(self) -> None:
         if not self._started:
             await start_with_retry(self._kafka.start, self._servers, self._connect_timeout, "consumer",
                                    self._config)
             self._started = True
+
+    async def _prepare(self) -> None:
+        await self._start()
         if self._assignment_changed:
             # assign() starts a new subscription and forgets every position: seek them back.
             self._kafka.assign([KafkaTopicPartition(*tp) for tp in self._assigned])
@@ -101,6 +107,51 @@ class KafkaAssignedConsumer(Consumer):
         for tp in self._assigned:
             self._positions[tp] = await self._kafka.position(KafkaTopicPartition(*tp))
         return out
+
+    async def fetch_changes(self, max_wait: float) -> List[ChangelogChunk]:
+        """Restore's read, without per-record objects (see :mod:`.changelog_fetch`): Fetch
+        requests of its own on this client; aiokafka's fetcher reads none of the assigned
+        partitions meanwhile (a later :meth:`fetch` goes on from where this one stopped)."""
+        if not self._assigned:
+            return []
+        await self._start()
+        if self._kafka.assignment():
+            self._kafka.unsubscribe()  # its background fetches would read the same records
+            self._assignment_changed = True
+        for tp, offset in self._seeks.items():
+            if offset is None:
+                ktp = KafkaTopicPartition(*tp)
+                offset = (await self._kafka.beginning_offsets([ktp]))[ktp]
+            self._positions[tp] = offset
+        self._seeks.clear()
+        for topic in {tp.topic for tp in self._assigned}:
+            await self._kafka._client.add_topic(topic)  # metadata (its leader) kept up to date
+        what = f"reading {describe_partitions(self._assigned)}"
+        try:
+            chunks, moved = await self._changes.fetch({tp: self._positions.get(tp, 0) for tp in self._assigned},
+                                                      max_wait)
+        except OutOfRange as exc:
+            await self._out_of_range(exc.tp, exc.offset, what)
+            return []
+        except StreamkitError as exc:
+            raise self._refused(exc.__cause__, f"{what} (READ)") or exc
+        self._positions.update(moved)
+        return chunks
+
+    async def _out_of_range(self, tp: TopicPartition, offset: int, what: str) -> None:
+        """Go on from the log start of ``tp``, as :func:`.records.recover_out_of_range` does."""
+        ktp = KafkaTopicPartition(*tp)
+        try:
+            start = (await self._kafka.beginning_offsets([ktp]))[ktp]
+        except KafkaError as exc:
+            raise StreamkitError(f"{what}: offset {offset} of {tp.topic}[{tp.partition}] is out of range and its "
+                                 f"log start could not be read: {type(exc).__name__}: {exc}") from exc
+        if offset < start:
+            self._lost.append((tp, offset, start))
+        else:
+            log.warning("%s: offset %d of %s[%d] is past the end of the log: reading it from its start (%d); "
+                        "was the topic re-created?", what, offset, tp.topic, tp.partition, start)
+        self._positions[tp] = start
 
     async def commit(self, offsets: Mapping[TopicPartition, int],
                      metadata: Optional[Mapping[TopicPartition, str]] = None) -> None:
@@ -133,11 +184,13 @@ class KafkaAssignedConsumer(Consumer):
         return await committed_metadata(self._kafka, partitions, stable_within=self._stable_within)
 
     async def aclose(self) -> None:
+        self._changes.close()
         self._assigned.clear()
         self._started = False
         await self._kafka.stop()  # also when never started: aiokafka warns about unclosed clients
 
     def close(self) -> None:
+        self._changes.close()
         stop_soon(self._kafka.stop())
         self._started = False
 

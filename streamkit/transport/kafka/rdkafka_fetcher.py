@@ -44,9 +44,11 @@ class RdKafkaFetcher:
     """Reads the partitions it is given from the positions it is given (the start of the log
     where none is given). Creates its librdkafka consumer on first use."""
 
-    def __init__(self, config: KafkaClientConfig, group: str, read_committed: bool, what: str) -> None:
+    def __init__(self, config: KafkaClientConfig, group: str, read_committed: bool, what: str,
+                 settings: Optional[Mapping[str, Any]] = None) -> None:
         self._ck = confluent_kafka()
-        self._conf = with_logger(config.librdkafka_consumer(group, read_committed), "consumer")
+        self._conf = with_logger({**config.librdkafka_consumer(group, read_committed), **(settings or {})},
+                                 "consumer")
         self.what = what
         self._kafka: Any = None
         self._thread: Optional[HelperThread] = None
