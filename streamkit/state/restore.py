@@ -47,6 +47,11 @@ SETTLE_EVERY = 10.0
 """Seconds between durable checkpoints during a bulk restore (a crash redoes at most this
 much of it)."""
 EMPTY_FETCHES_BELOW_END = 20
+"""Empty fetches below the reported end (2 s) after which the end is read again from the broker."""
+STALLED_RESTORE_TIMEOUT = 300.0
+"""Seconds a restore may find nothing to read below its changelog's end (a leader moving, a
+broker away) before it fails, naming the store and the offsets; as Kafka Streams'
+``task.timeout.ms`` (5 minutes). A task never starts on a store restored only in part."""
 RESEED_PENDING = 2 ** 62
 """Checkpoint a store holds while its changelog is being reseeded: far past any end, so an
 interrupted reseed is refused again at the next start instead of looking complete."""
@@ -156,7 +161,7 @@ async def restore_task_stores(task_id: str, stores: TaskStores, consumer: Consum
         progress(0, total)
     for store, tp, start, end in todo:
         report[store.spec.name] = await _replay(store, tp, start, end, consumer, advanced,
-                                                show_log=bar is None, task_id=task_id)
+                                                show_log=bar is None, task_id=task_id, admin=admin)
     if bar is not None:
         bar.close()
     elapsed = max(time.monotonic() - started, 1e-9)
@@ -166,8 +171,35 @@ async def restore_task_stores(task_id: str, stores: TaskStores, consumer: Consum
     return report
 
 
+END_READ_TIMEOUT = 5.0
+"""Seconds to wait for the broker to report a changelog's end again during a stalled restore."""
+
+
+async def _end_again(admin: Admin, tp: TopicPartition, end: int) -> int:
+    """The changelog partition's end as the broker reports it now (``end`` if it cannot say
+    within END_READ_TIMEOUT); read in a thread, so an unreachable broker never blocks the loop."""
+    loop = asyncio.get_running_loop()
+    try:
+        offsets = await asyncio.wait_for(
+            loop.run_in_executor(None, admin.partition_offsets, tp.topic, tp.partition), END_READ_TIMEOUT)
+        return offsets.end
+    except Exception as exc:  # noqa: BLE001 - a broker away is what the caller is waiting out
+        log.debug("could not read the end of %s[%d] again: %s", tp.topic, tp.partition, exc or type(exc).__name__)
+        return end
+
+
+def _stalled(task_id: str, store: OpenStore, tp: TopicPartition, position: int, end: int, waited: float) -> None:
+    """Log a restore that finds nothing below its end; raise once it waited too long."""
+    where = (f"task {task_id}: restoring store {store.spec.name} from {tp.topic}[{tp.partition}]: nothing could "
+             f"be read at offset {position}, below the end {end} the broker reports")
+    if waited >= STALLED_RESTORE_TIMEOUT:
+        raise StreamkitError(f"{where}, for {waited:.0f} s: the task does not start on a store restored in part "
+                             f"(its checkpoint stays at the last settled offset; a restart resumes from there)")
+    log.warning("%s, for %.0f s: waiting (gives up after %.0f s)", where, waited, STALLED_RESTORE_TIMEOUT)
+
+
 async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, consumer: Consumer,
-                  advanced: Callable[[int], None], *, show_log: bool, task_id: str) -> int:
+                  advanced: Callable[[int], None], *, show_log: bool, task_id: str, admin: Admin) -> int:
     consumer.assign([tp], {tp: start})
     store.buffer.forget_cached()  # restore writes below the buffer
     persistent = store.buffer.persistent
@@ -175,19 +207,30 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
     replayed = 0
     last_log = last_settled = time.monotonic()
     empty_fetches = 0
+    stalled_since: Optional[float] = None
     try:
-        while empty_fetches < EMPTY_FETCHES_BELOW_END:
+        while True:
             at_end = consumer.position(tp) >= end
             # At the end one fetch confirms it (some brokers under-report ends): without waiting.
             chunks = await consumer.fetch_changes(0 if at_end else FETCH_WAIT)
             if not chunks:
                 if at_end or consumer.position(tp) >= end:
                     break
-                # Below ``end`` yet nothing came: a network client still connecting, or only
-                # transaction markers and aborted records remain. Give it a bounded while.
+                # Below ``end`` yet nothing came: a client still connecting, a leader moving. Read
+                # the end again now and then; never stop below it (the task would start on a part
+                # of its state), but fail once nothing has come for STALLED_RESTORE_TIMEOUT.
                 empty_fetches += 1
+                if empty_fetches >= EMPTY_FETCHES_BELOW_END:
+                    empty_fetches = 0
+                    end = await _end_again(admin, tp, end)
+                    now = time.monotonic()
+                    stalled_since = now if stalled_since is None else stalled_since
+                    position = consumer.position(tp)
+                    if position < end:
+                        _stalled(task_id, store, tp, position, end, now - stalled_since)
                 continue
             empty_fetches = 0
+            stalled_since = None
             for chunk in chunks:
                 try:
                     write(chunk.latest, chunk.last_offset + 1)
@@ -211,11 +254,6 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
         _settle(persistent, store, tp, task_id)
         # The reader's position is past trailing transaction markers: checkpoint it.
         position = consumer.position(tp)
-        if position < end:
-            log.warning("task %s: restoring store %s stopped at %s[%d] offset %d, below the end %d reported "
-                        "by the broker: nothing more could be read there for %.0f s (aborted or open "
-                        "transactions?)", task_id, store.spec.name, tp.topic, tp.partition, position, end,
-                        EMPTY_FETCHES_BELOW_END * FETCH_WAIT)
         if position > (persistent.changelog_offset() or 0):
             persistent.apply({}, position)
     finally:

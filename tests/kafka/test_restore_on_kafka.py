@@ -235,3 +235,112 @@ def test_a_worker_killed_mid_restore_keeps_a_true_checkpoint(kafka, tmp_path, un
     finally:
         store.close()
     assert restored == {key: value for _, key, value in records}
+
+
+def _restore_through_a_cut(broker: KafkaTestBroker, proxy, app_id: str, state_dir: str, *,
+                           heal_after: Optional[float]) -> Tuple[Dict[bytes, bytes], Optional[int], int]:
+    """Restore store ``s`` of task 0_0 of ``app_id`` through ``proxy``, cutting the proxy once
+    the first chunk is in (and healing it ``heal_after`` s later, if given): (the entries
+    restored, the store's checkpoint, the changelog's end). Raises what the restore raises."""
+    import threading
+
+    stores = open_task_stores([StoreSpec("s", key_serde=Json(), value_serde=Json())], app_id=app_id,
+                              task_id="0_0", partition=0, backend="rocksdb", state_dir=state_dir)
+    transport = open_transport(broker.url, kafka_config=broker.streamkit_settings())
+    end = transport.admin.partition_offsets(f"{app_id}-s-changelog", 0).end
+    cut = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        if done and not cut.is_set():
+            cut.set()
+            proxy.cut()
+            if heal_after is not None:
+                threading.Timer(heal_after, proxy.restore).start()
+
+    try:
+        persistent = stores.open_stores[0].buffer.persistent
+
+        async def restore() -> Dict[str, int]:
+            reader = transport.reader(read_committed=True)
+            try:
+                return await restore_task_stores("0_0", stores, reader, transport.admin, show_progress=False,
+                                                 progress=progress)
+            finally:
+                await reader.aclose()
+
+        try:
+            asyncio.run(restore())
+        finally:
+            entries, checkpoint = dict(persistent.range(None, None)), persistent.changelog_offset()
+        assert cut.is_set(), "the restore finished before the cut: make the changelog longer"
+        return entries, checkpoint, end
+    finally:
+        proxy.restore()
+        stores.close()
+        transport.close()
+
+
+def _changelog_of_many_fetches(broker: KafkaTestBroker, topic: str, records: int = 60_000) -> Dict[bytes, bytes]:
+    """``records`` 300-byte records (several restore fetches) in partition 0; the last value per key."""
+    from aiokafka import AIOKafkaProducer
+
+    run_sync(lambda: _create(broker, topic))
+    pad = b"." * 300
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(**broker.client_config(max_batch_size=1 << 20, linger_ms=50,
+                                                           max_request_size=1 << 21))
+        await producer.start()
+        try:
+            await asyncio.gather(*[await producer.send(topic, key=b"k%d" % (i % 5000), value=b"%d" % i + pad,
+                                                       partition=0) for i in range(records)])
+        finally:
+            await producer.stop()
+
+    run_sync(produce)
+    return {b"k%d" % (i % 5000): b"%d" % i + pad for i in range(records)}
+
+
+def test_a_restore_waits_out_a_broker_it_cannot_reach_and_never_stops_below_the_end(
+        kafka_behind_proxy, tmp_path, unique_name, caplog) -> None:
+    """The connection is cut after the first restored chunk for 5 s (longer than the 2 s after
+    which a restore used to checkpoint where it stood and start the task on part of its state):
+    the restore says it is waiting, then reads on to the changelog's end."""
+    broker, proxy = kafka_behind_proxy
+    app_id = unique_name("restore-cut")
+    expected = _changelog_of_many_fetches(broker, f"{app_id}-s-changelog")
+    with caplog.at_level("WARNING", logger="streamkit.state.restore"):
+        entries, checkpoint, end = _restore_through_a_cut(broker, proxy, app_id, str(tmp_path / "state"),
+                                                          heal_after=5.0)
+    assert entries == expected
+    assert checkpoint == end
+    assert any("nothing could be read at offset" in r.getMessage() and "waiting" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_a_restore_that_cannot_read_on_fails_naming_the_store_and_offsets(
+        kafka_behind_proxy, tmp_path, unique_name, monkeypatch) -> None:
+    """Cut for good: after the stall timeout (5 minutes; 4 s here) the restore fails with the
+    store, the changelog partition, the offset it reached and the end, and the store's
+    checkpoint is one it holds (below the end), so a restart resumes from there."""
+    import streamkit.state.restore as restore_module
+    from streamkit.errors import StreamkitError
+
+    monkeypatch.setattr(restore_module, "STALLED_RESTORE_TIMEOUT", 4.0)
+    broker, proxy = kafka_behind_proxy
+    app_id = unique_name("restore-gone")
+    expected = _changelog_of_many_fetches(broker, f"{app_id}-s-changelog")
+    with pytest.raises(StreamkitError) as raised:
+        _restore_through_a_cut(broker, proxy, app_id, str(tmp_path / "state"), heal_after=None)
+    message = str(raised.value)
+    assert f"{app_id}-s-changelog[0]" in message and "restoring store s" in message
+    assert "below the end 60000" in message and "does not start on a store restored in part" in message
+    # what a restart finds: a checkpoint below the end, holding nothing past it
+    stores = open_task_stores([StoreSpec("s", key_serde=Json(), value_serde=Json())], app_id=app_id,
+                              task_id="0_0", partition=0, backend="rocksdb", state_dir=str(tmp_path / "state"))
+    try:
+        checkpoint = stores.open_stores[0].buffer.persistent.changelog_offset()
+        assert checkpoint is None or checkpoint < 60_000
+    finally:
+        stores.close()
+    assert len(expected) == 5000
