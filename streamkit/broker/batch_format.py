@@ -151,6 +151,14 @@ def max_timestamp(buf: bytes, pos: int, flags: int, count: int) -> Optional[int]
     return max(struct.unpack_from(f"<{count}q", buf, payload_start(buf, pos, flags, count)))
 
 
+def timestamp_range(buf: bytes, pos: int, flags: int, count: int) -> Optional[tuple[int, int]]:
+    """(smallest, largest) record timestamp of the batch at buf[pos] (None for an empty batch)."""
+    if not count:
+        return None
+    stamps = struct.unpack_from(f"<{count}q", buf, payload_start(buf, pos, flags, count))
+    return min(stamps), max(stamps)
+
+
 def delete_horizon(buf: bytes, pos: int, flags: int) -> int:
     """The delete horizon (ms) stored in a compacted batch, -1 if none."""
     if not flags & FLAG_COMPACTED:

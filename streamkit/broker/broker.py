@@ -262,7 +262,7 @@ class EmbeddedBroker:
     def run_housekeeping(self, now_ms: Optional[int] = None) -> dict[str, dict[str, int]]:
         """One retention and compaction pass over all topics (now_ms: the time to use).
 
-        Returns {topic: {"segments_deleted", "records_removed", "segments_compacted"}}.
+        Returns {topic: {"segments_rolled", "segments_deleted", "records_removed", "segments_compacted"}}.
         """
         self._check_open()
         return self._housekeeper.run(now_ms)

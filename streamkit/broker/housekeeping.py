@@ -1,5 +1,12 @@
 """Housekeeping of the embedded log: retention and compaction passes over all topics.
 
+Retention and compaction work on sealed segments; the active (last) segment is sealed by
+size as records arrive, and by housekeeping once its records span ``segment.ms`` of
+record time or all of them are past ``retention.ms`` (record time, as retention judges),
+so a low-volume, idle or backfilled topic is cleaned by time too. A partition's files
+hold at most what retention keeps plus one segment (``segment.bytes``, or ``segment.ms``
+of record time), plus what arrived since the last pass.
+
 Each partition is handled under its ``.cleaner.lock``, taken without blocking: two
 processes never clean the same partition at once, and a busy partition is simply
 left for the next pass. Producers and consumers are never blocked (the append lock
@@ -17,9 +24,9 @@ from typing import Callable, Iterator, Optional
 
 from streamkit.core.records import TopicMetadata
 from streamkit.broker.compaction import compact
-from streamkit.broker.errors import EmbeddedBrokerError, UnknownTopicError
+from streamkit.broker.errors import CorruptLogError, EmbeddedBrokerError, UnknownTopicError
 from streamkit.broker.partition_log import LogOpener, PartitionLog
-from streamkit.broker.segment_files import CLEANER_LOCK_NAME, TEMP_PREFIX
+from streamkit.broker.segment_files import CLEANER_LOCK_NAME, TEMP_PREFIX, list_segments
 from streamkit.broker.retention import apply_retention, drop_segments_below_start
 from streamkit.broker.sealed_segment import SegmentStats, segment_stats
 from streamkit.broker.topic_config import TopicConfig
@@ -49,7 +56,8 @@ class Housekeeper:
         with self._mutex:
             for metadata in self._list_topics():
                 config = TopicConfig.parse(metadata.config, metadata.name)
-                counts = {"segments_deleted": 0, "records_removed": 0, "segments_compacted": 0}
+                counts = {"segments_rolled": 0, "segments_deleted": 0, "records_removed": 0,
+                          "segments_compacted": 0}
                 for partition in range(metadata.partitions):
                     try:
                         log = self._open_log(metadata.name, partition, refresh=True)
@@ -69,6 +77,8 @@ class Housekeeper:
             if not locked:
                 return
             _remove_temp_files(log)
+            if self._roll_active_if_due(log, config, now_ms):
+                counts["segments_rolled"] += 1
             if config.delete:
                 deleted, removed = apply_retention(log, config, now_ms, self._stats_of)
                 counts["segments_deleted"] += deleted
@@ -79,6 +89,33 @@ class Housekeeper:
                 rewritten, removed = compact(log, config, now_ms, self._stats_of)
                 counts["segments_compacted"] += rewritten
                 counts["records_removed"] += removed
+
+    def _roll_active_if_due(self, log: PartitionLog, config: TopicConfig, now_ms: int) -> bool:
+        """Seal the active segment when its records span ``segment.ms`` of record time (as
+        Kafka rolls on append), or when retention would delete every record in it (as Kafka
+        rolls a deletable active segment): else an idle topic would never be cleaned. Read without blocking appends; rolled only if nothing was
+        appended since (an append caught half-written: next pass)."""
+        segments = list_segments(log.directory)
+        if not segments:
+            return False
+        base = segments[-1]
+        try:
+            stats = self._stats_of(log, base)
+        except (FileNotFoundError, CorruptLogError):
+            return False  # deleted meanwhile, or an append in flight
+        if not stats.size:
+            return False
+        expired = config.delete and config.retention_ms >= 0 and (
+            stats.max_timestamp is None or stats.max_timestamp < now_ms - config.retention_ms)
+        aged = (stats.min_timestamp is not None and stats.max_timestamp is not None
+                and stats.max_timestamp - stats.min_timestamp >= config.segment_ms)
+        if not (expired or aged):
+            return False
+        rolled = log.roll_if_unchanged(base, stats.size)
+        if rolled:
+            logger.info("%s: sealed the active segment at offset %d (%s)", log.describe(), base,
+                        "every record past retention.ms" if expired else "its records span segment.ms")
+        return rolled
 
     def _stats_of(self, log: PartitionLog, base: int) -> SegmentStats:
         """Stats of a sealed segment, cached by file identity (sealed files never change)."""

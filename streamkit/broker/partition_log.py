@@ -269,6 +269,25 @@ class PartitionLog:
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
+    def roll_if_unchanged(self, base: int, size: int) -> bool:
+        """Seal the active segment and start an empty one at the end, if the active segment
+        still starts at ``base`` and holds exactly ``size`` bytes (nothing was appended since
+        housekeeping read it). False, rolling nothing, when it is empty or the log moved on."""
+        with self._mutex:
+            self._lock_exclusive()
+            try:
+                self._refresh()
+                if self._base != base or self._size != size or not size:
+                    return False
+                try:
+                    self._roll()
+                except OSError as exc:
+                    raise self._storage_error(f"housekeeping (segment roll at offset {self._end})",
+                                              segment_file_name(self._end), exc) from exc
+                return True
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
     @contextmanager
     def append_lock(self) -> Iterator[None]:
         """Hold the append lock (this process and others): the cleaner's final rename."""

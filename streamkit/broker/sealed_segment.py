@@ -10,7 +10,7 @@ import zlib
 from typing import Iterator, NamedTuple, Optional
 
 from streamkit.broker.batch_format import (
-    CRC_START, FLAG_CONTROL, HEADER, PEEK_SIZE, batch_span, header_is_valid, max_timestamp)
+    CRC_START, FLAG_CONTROL, HEADER, PEEK_SIZE, batch_span, header_is_valid, timestamp_range)
 from streamkit.broker.errors import CorruptLogError
 
 _unpack_header = HEADER.unpack_from
@@ -66,17 +66,23 @@ class SegmentStats(NamedTuple):
     size: int
     max_timestamp: Optional[int]  # None if it holds no data record
     records: int  # data records (markers not counted)
+    min_timestamp: Optional[int] = None  # None if it holds no data record
 
 
 def segment_stats(fd: int, base: int, where: str) -> SegmentStats:
-    """Size, largest timestamp and record count of a sealed segment."""
+    """Size, timestamp range and record count of a segment. ``size`` is the file's size
+    before the scan: on the active segment, a size that has not changed since means the
+    scan saw every byte (CorruptLogError if an append was caught half-written)."""
+    size = os.fstat(fd).st_size
     newest: Optional[int] = None
+    oldest: Optional[int] = None
     records = 0
     for batch in iter_batches(fd, base, where):
         if batch.flags & FLAG_CONTROL or not batch.count:
             continue
         records += batch.count
-        ts = max_timestamp(batch.buf, batch.pos, batch.flags, batch.count)
-        if ts is not None and (newest is None or ts > newest):
-            newest = ts
-    return SegmentStats(os.fstat(fd).st_size, newest, records)
+        span = timestamp_range(batch.buf, batch.pos, batch.flags, batch.count)
+        if span is not None:
+            oldest = span[0] if oldest is None else min(oldest, span[0])
+            newest = span[1] if newest is None else max(newest, span[1])
+    return SegmentStats(size, newest, records, oldest)

@@ -39,6 +39,8 @@ _KEYS: dict[str, tuple[Callable[[str], object], object, str]] = {
     "retention.ms": (_int_at_least(-1), 7 * DAY_MS, "ms to keep a segment, -1 = forever"),
     "retention.bytes": (_int_at_least(-1), -1, "bytes per partition, -1 = no limit"),
     "segment.bytes": (_int_at_least(1), None, "segment file size (default: the broker's)"),
+    "segment.ms": (_int_at_least(1), 7 * DAY_MS, "ms of record time an active segment may span before "
+                   "housekeeping seals it, so retention can delete it"),
     "delete.retention.ms": (_int_at_least(0), DAY_MS, "ms tombstones survive compaction"),
     "min.compaction.lag.ms": (_int_at_least(0), 0, "ms before a record may be compacted"),
 }
@@ -74,6 +76,7 @@ class TopicConfig:
     retention_ms: int
     retention_bytes: int
     segment_bytes: Optional[int]
+    segment_ms: int
     delete_retention_ms: int
     min_compaction_lag_ms: int
 

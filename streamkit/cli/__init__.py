@@ -9,6 +9,7 @@ from typing import Any, Optional
 import click
 
 from ..errors import StreamkitError
+from .broker_admin import broker
 from .consume import consume
 from .demo import demo
 from .groups import groups
@@ -56,6 +57,7 @@ def cli(log_level: str, config_file: Optional[str]) -> None:
 for command in (worker, describe, topics, produce, consume, groups, lag, demo, replay, registry):
     cli.add_command(command)
 cli.add_command(mirror)
+cli.add_command(broker)
 
 
 def main() -> None:

@@ -89,7 +89,7 @@ def test_retention_by_time_deletes_whole_old_segments_and_moves_the_start(tmp_pa
         newest_of_first = 10_000 + 100 * (per - 1)
         assert b.run_housekeeping(now_ms=newest_of_first + 1000)["t"]["segments_deleted"] == 0
         result = b.run_housekeeping(now_ms=newest_of_first + 100 * per + 1001)
-        assert result["t"] == {"segments_deleted": 2, "records_removed": 2 * per,
+        assert result["t"] == {"segments_rolled": 0, "segments_deleted": 2, "records_removed": 2 * per,
                                "segments_compacted": 0}
         start = 2 * per
         assert segments(tmp_path) == before[2:]
@@ -104,13 +104,34 @@ def test_retention_by_time_deletes_whole_old_segments_and_moves_the_start(tmp_pa
         assert fresh.position == start and fresh.read(1)[0][0] == start
         assert fresh.take_lost() == [(3, start)]
 
-        # never the active segment, even when everything is too old
-        b.run_housekeeping(now_ms=10 ** 12)
-        assert segments(tmp_path) == [before[-1]]
-        assert b.partition_offsets("t", 0).start == before[-1]
-        assert b.append("t", 0, [(b"k", b"new", 1, None)]) == 40
+        # an active segment whose records are all too old is sealed, then deleted: an idle
+        # topic is cleaned by time too (as Kafka rolls a deletable active segment)
+        result = b.run_housekeeping(now_ms=10 ** 12)
+        assert result["t"]["segments_rolled"] == 1
+        assert segments(tmp_path) == [40]
+        assert b.partition_offsets("t", 0) == PartitionOffsets(40, 40)
+        assert b.append("t", 0, [(b"k", b"new", 10 ** 12, None)]) == 40
+        assert b.run_housekeeping(now_ms=10 ** 12)["t"]["segments_rolled"] == 0  # fresh: kept
     with EmbeddedBroker(tmp_path) as b:  # the start survives a restart
-        assert b.partition_offsets("t", 0) == PartitionOffsets(before[-1], 41)
+        assert b.partition_offsets("t", 0) == PartitionOffsets(40, 41)
+
+
+def test_segment_ms_seals_an_active_segment_spanning_that_much_record_time(tmp_path):
+    """A low-volume topic never fills segment.bytes: its active segment is sealed once its
+    records span segment.ms of record time, so retention can delete it later; a segment
+    spanning less is left alone, and nothing is lost or renumbered."""
+    with EmbeddedBroker(tmp_path) as b:
+        b.create_topic("t", 1, {"retention.ms": "100000", "segment.ms": "5000"})
+        fill(b, 10, ts=lambda i: 1_000 + 400 * i)  # spans 3.6 s
+        assert b.run_housekeeping(now_ms=5_000)["t"]["segments_rolled"] == 0
+        fill(b, 5, ts=lambda i: 5_000 + 400 * i)  # now spans 5.6 s
+        assert b.run_housekeeping(now_ms=7_000)["t"]["segments_rolled"] == 1
+        assert segments(tmp_path) == [0, 15]
+        assert [r[0] for r in read_all(b.reader("t", 0))] == list(range(15))
+        assert b.append("t", 0, [(b"k", b"v", 7_000, None)]) == 15
+        # the sealed segment goes once all its records are past retention
+        assert b.run_housekeeping(now_ms=6_600 + 100_001)["t"]["segments_deleted"] == 1
+        assert b.partition_offsets("t", 0).start == 15
 
 
 def test_retention_by_bytes_keeps_the_partition_under_the_limit(tmp_path):
@@ -132,7 +153,7 @@ def test_delete_policy_only_topics_are_never_compacted_and_forever_is_forever(tm
         for i in range(30):
             b.append("t", 0, [(b"same", b"v%d" % i, 1, None)])
         assert b.run_housekeeping(now_ms=10 ** 13)["t"] == {
-            "segments_deleted": 0, "records_removed": 0, "segments_compacted": 0}
+            "segments_rolled": 0, "segments_deleted": 0, "records_removed": 0, "segments_compacted": 0}
         assert len(read_all(b.reader("t", 0))) == 30
 
 
