@@ -109,7 +109,9 @@ def describe_text(topology: DescribedTopology) -> str:
 
 
 def describe_mermaid(topology: DescribedTopology) -> str:
-    """A ``flowchart LR``: topics as stadiums, stores as cylinders, a subgraph per sub-topology."""
+    """A ``flowchart LR``: topics as stadiums, stores as cylinders, a subgraph per sub-topology;
+    a global table is a cylinder fed by its topic (all partitions), with a dotted lookup edge
+    to each join that reads it."""
     ids: dict = {}
     used: set = set()
 
@@ -147,11 +149,19 @@ def describe_mermaid(topology: DescribedTopology) -> str:
                 edges.append(f"  {mid('n', name)} --> {mid('x', name)}")
             for store in node.stores:
                 edges.append(f"  {mid('n', name)} -.- {mid('s', store)}")
+            global_store = getattr(node, "global_store", "")
+            if global_store:  # a join reads a global table: every partition, on every worker
+                edges.append(f"  {mid('g', global_store)} -.->|lookup| {mid('n', name)}")
         lines.append("  end")
+    for name, topic in topology.global_tables.items():
+        topics.append(topic)
+        edges.append(f"  {mid('t', topic)} -->|all partitions| {mid('g', name)}")
     for topic in sorted(set(topics)):
         lines.append(f'  {mid("t", topic)}(["{topic}"])')
     for store in topology.stores:
         lines.append(f'  {mid("s", store)}[("{store}")]')
+    for name in topology.global_tables:
+        lines.append(f'  {mid("g", name)}[("{name}<br/>global table")]')
     for node_id, text in externals:
         lines.append(f'  {node_id}[/"{text}"/]')
     return "\n".join(lines + edges) + "\n"

@@ -247,3 +247,23 @@ def test_mermaid_ids_are_unique() -> None:
     node_ids = [line.split("[")[0].strip() for line in lines if line.startswith("    n_")]
     assert len(topic_ids) == len(set(topic_ids)) == 4
     assert len(node_ids) == len(set(node_ids)) == 4
+
+
+def test_mermaid_draws_a_global_table_fed_by_its_topic_and_the_joins_that_read_it() -> None:
+    app = sk.App("gt")
+
+    @app.topology
+    def build(b: sk.StreamsBuilder) -> None:
+        pages = b.global_table("pages", name="pages-table")
+        views = b.stream("views")
+        views.join(pages, key_selector=lambda k, v: v["page"], joiner=lambda v, p: (v, p)).to("enriched")
+        views.left_join(pages, key_selector=lambda k, v: v["page"], joiner=lambda v, p: (v, p),
+                        name="maybe").to("maybe-enriched")
+
+    lines = app.describe("mermaid").splitlines()
+    assert '  g_pages_table[("pages-table<br/>global table")]' in lines
+    assert '  t_pages(["pages"])' in lines
+    assert "  t_pages -->|all partitions| g_pages_table" in lines
+    assert "  g_pages_table -.->|lookup| n_views_join" in lines
+    assert "  g_pages_table -.->|lookup| n_maybe" in lines
+    assert not any(line.strip().startswith("s_") for line in lines)  # not drawn as a task's store
