@@ -36,7 +36,7 @@ from .topology.passes import build_topology
 if TYPE_CHECKING:  # the runtime loads only when a worker runs
     from .core.http_security import HttpSecurity
     from .state.restore import StateRepairs
-    from .runtime.metrics import TaskMetrics
+    from .runtime.context.task_metrics import TaskMetrics
     from .runtime.worker import Worker
     from .transport.base import Transport
 

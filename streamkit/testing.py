@@ -32,11 +32,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .app import App
 from .errors import StreamkitError
-from .runtime.assembly import TaskSettings, create_task
-from .runtime.collector import RecordCollector
-from .runtime.global_tables import GlobalTables
-from .runtime.progress import strip_markers
-from .runtime.task import Task
+from .runtime.task.factory import TaskSettings, create_task
+from .runtime.context.collector import RecordCollector
+from .runtime.task.global_tables import GlobalTables
+from .runtime.ordering.repartition_stamps import strip_markers
+from .runtime.task.task import Task
 from .serdes import Serde
 from .stores import KeyValueStore
 from .topology import Topology
@@ -131,7 +131,7 @@ class TopologyTestDriver:
             self._collector.discard()
             for task in self._tasks.values():  # a commit after every record
                 task.prepare_commit()
-                task.store_set.persist({})
+                task.stores.persist({})
                 task.commit_sinks()
 
     def _deliver(self, topic: str, records: Sequence[Tuple[Optional[bytes], Optional[bytes], int, Headers]]) -> None:
@@ -173,8 +173,8 @@ class TopologyTestDriver:
     def store(self, name: str) -> KeyValueStore:
         """The store ``name`` (of the single task that owns it)."""
         for task in self._tasks.values():
-            if name in task.stores:
-                return task.stores[name]
+            if name in task.stores.by_name:
+                return task.stores.by_name[name]
         if name in self._globals.stores:
             return self._globals.stores[name]  # type: ignore[return-value]
         raise StreamkitError(f"no store named '{name}' (stores: {', '.join(self.topology.stores) or 'none'})")

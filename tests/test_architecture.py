@@ -253,11 +253,17 @@ def test_the_file_circle_check_finds_circles() -> None:
     assert _circles(graph) == [frozenset({"a", "b", "c"})]
 
 
-RUNTIME_ROOMS: Dict[str, int] = {"ordering": 0, "operators": 1, "task": 2, "worker": 3}
+RUNTIME_ROOMS: Dict[str, int] = {"ordering": 0, "context": 1, "operators": 2, "task": 3, "worker": 4}
 """The rooms of ``runtime/`` (its sub-packages, issue 35 item 2) by rank: a room imports
-only rooms of lower rank (the worker runs tasks, tasks run operators, operators stamp
-records for the ordering), never one above. Modules directly in ``runtime/`` are not in
-a room yet and are not checked; a new sub-package must be given a rank here."""
+only rooms of lower rank, never one above nor one beside it: the worker runs tasks,
+tasks run the operators compiled for them, operators see their task through its
+context, and all of them order records with the ordering room."""
+
+WORKER_PARTS: Dict[str, int] = {"observations": 0, "standby": 0, "topics": 0, "view": 1, "committer": 1,
+                                "tasks": 2, "loop": 3, "process": 4}
+"""The modules of ``runtime/worker/`` by rank (issue 35 item 1): each object is called one
+way, the loop calls the tasks and the committer, the tasks call the committer (through
+a small interface they define), the committer neither."""
 
 
 def _runtime_room(module: str) -> str:
@@ -265,9 +271,13 @@ def _runtime_room(module: str) -> str:
     return parts[2] if len(parts) > 3 and parts[1] == "runtime" else ""
 
 
-def test_every_runtime_subpackage_is_a_room() -> None:
+def test_every_runtime_module_is_in_a_room() -> None:
     rooms = {path.parent.name for path in (PACKAGE / "runtime").glob("*/__init__.py")}
     assert rooms <= set(RUNTIME_ROOMS), f"give these runtime rooms a rank in RUNTIME_ROOMS: {sorted(rooms - set(RUNTIME_ROOMS))}"
+    loose = sorted(path.name for path in (PACKAGE / "runtime").glob("*.py") if path.name != "__init__.py")
+    assert not loose, f"put these runtime modules in a room: {loose}"
+    parts = {path.stem for path in (PACKAGE / "runtime" / "worker").glob("*.py") if path.name != "__init__.py"}
+    assert parts == set(WORKER_PARTS), f"rank the worker's modules in WORKER_PARTS: {sorted(parts ^ set(WORKER_PARTS))}"
 
 
 def test_runtime_rooms_import_one_way() -> None:
@@ -282,6 +292,14 @@ def test_runtime_rooms_import_one_way() -> None:
             if other and other != room and RUNTIME_ROOMS[other] >= RUNTIME_ROOMS[room]:
                 wrong.append(f"{module} ({room}) imports {target} ({other})")
     assert not wrong, "runtime rooms importing upwards or sideways:\n" + "\n".join(wrong)
+
+
+def test_the_worker_parts_import_one_way() -> None:
+    prefix = "streamkit.runtime.worker."
+    wrong = [f"{module} imports {target}" for module, targets in _file_graph().items() if module.startswith(prefix)
+             for target in sorted(targets) if target.startswith(prefix)
+             and WORKER_PARTS[target[len(prefix):]] >= WORKER_PARTS[module[len(prefix):]]]
+    assert not wrong, "worker modules importing upwards or sideways:\n" + "\n".join(wrong)
 
 
 def _loaded_with(start: Iterable[str], graph: Dict[str, Set[str]]) -> Dict[str, str]:
@@ -320,7 +338,6 @@ def test_serdes_import_no_transport() -> None:
 
 MAX_LINES = 500
 LONG_MODULES: Dict[str, str] = {
-    "runtime/worker.py": "being split into runtime/worker/ (issue 35 item 1)",
     "broker/reader.py": "one class, the read loop: its methods share the reader's cursor on the broker's "
                         "hottest path (see its docstring)",
     "operations/http_server.py": "not split yet: its owner is changing it (issue 35 item 6, open)",

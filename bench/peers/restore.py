@@ -42,9 +42,9 @@ decode into (page, count, extra) and re-encode to the same key, value and header
              below the group's committed offset, so the group is given the offset ``records``
              on the (empty) input topic, as after processing the records that wrote it.
 
-Tansu (the default broker) reports a partition's end offset as the base offset of its last
-record batch + 1: the last changelog record is produced in a batch of its own, so the
-reported end is exact, and that is checked. The embedded line is
+Tansu (``--broker tansu``; the default broker is a fresh Apache Kafka) reports a partition's
+end offset as the base offset of its last record batch + 1: the last changelog record is
+produced in a batch of its own, so the reported end is exact, and that is checked. The embedded line is
 ``bench.restore_throughput.measure`` (streamkit's restore from its embedded log) in a child
 of its own, its store checked in full before it closes (it needs at least 100,000 records).
 
@@ -396,6 +396,7 @@ def restore_once(framework: str, bootstrap: str, records: int, *, keys: int = KE
             raise VerificationError(f"{framework}: replayed {figures['replayed']:,} of {records:,} records")
         figures["records"] = records
         figures["records_per_second"] = records / figures["seconds"]
+        figures["records_per_cpu_second"] = records / max(figures["cpu_seconds"], 1e-9)
         figures["timed"] = TIMED[framework]
         log.info("%s: restored %s records in %.2f s (%.0f records/s), peak RSS %.0f MiB (verified)", framework,
                  f"{records:,}", figures["seconds"], figures["records_per_second"], figures["peak_rss_mib"])
@@ -413,6 +414,7 @@ def measure_embedded(records: int, *, verbose: bool = False) -> dict:
     figures = run_child({"framework": "embedded", "mode": "restore", "records": records, "verbose": verbose})
     if figures.get("verified") is not True:
         raise VerificationError(f"embedded: the child did not verify its store: {figures}")
+    figures["records_per_cpu_second"] = records / max(figures["cpu_seconds"], 1e-9)
     figures["timed"] = TIMED["embedded"]
     return figures
 
@@ -502,7 +504,7 @@ class Window:
 
 def child_streamkit(spec: dict) -> dict:
     import streamkit as sk
-    import streamkit.runtime.worker as worker_module
+    import streamkit.runtime.worker.tasks as tasks_module
     from streamkit.runtime.worker import tune_gc_for_streaming
     from streamkit.transport.factory import open_transport
 
@@ -518,7 +520,7 @@ def child_streamkit(spec: dict) -> dict:
     transport = open_transport(f"kafka://{spec['bootstrap']}", kafka_config=app.kafka_config)
     writing = spec["mode"] == "write"
     worker = app.worker(transport, until_idle=2.0 if writing else None, state_dir=spec["state_dir"])
-    restore = worker_module.restore_task_stores
+    restore = tasks_module.restore_task_stores
 
     async def timed_restore(task_id: str, stores: Any, *args: Any, **kwargs: Any) -> Dict[str, int]:
         window.start()
@@ -532,7 +534,7 @@ def child_streamkit(spec: dict) -> dict:
         return report
 
     if not writing:
-        worker_module.restore_task_stores = timed_restore  # type: ignore[assignment]
+        tasks_module.restore_task_stores = timed_restore  # type: ignore[assignment]
     try:
         asyncio.run(worker.run())
     finally:
@@ -725,17 +727,18 @@ def child(spec: dict) -> None:
 def print_table(results: Mapping[str, dict], records: int, broker: str, reps: int = 1) -> None:
     print(f"\nRestore {records:,} changelog records ({min(KEYS, records):,} keys, 1 partition) into RocksDB; "
           f"{broker}; {os.cpu_count()} cores" + (f"; median of {reps} runs" if reps > 1 else ""))
-    print(f"  {'framework':<22}{'seconds':>9}{'records/s':>12}{'peak RSS MiB':>14}{'CPU s':>8}{'load':>6}  verified"
-          + ("  runs (s)" if reps > 1 else ""))
+    print(f"  {'framework':<22}{'seconds':>9}{'records/s':>12}{'peak RSS MiB':>14}{'CPU s':>8}{'rec/CPU s':>12}"
+          f"{'load':>6}  verified" + ("  runs (s)" if reps > 1 else ""))
     names = {"streamkit": "streamkit (Kafka)", "faust": "faust-streaming", "quix": "Quix Streams",
              "embedded": "streamkit (embedded)"}
     for name, f in results.items():
         runs = ", ".join(f"{seconds:.1f}" for seconds in f["reps_seconds"]) if reps > 1 else ""
         print(f"  {names.get(name, name):<22}{f['seconds']:>9.2f}{f['records_per_second']:>12,.0f}"
-              f"{f['peak_rss_mib']:>14,.0f}{f['cpu_seconds']:>8.1f}{f['load_1min']:>6.1f}  "
+              f"{f['peak_rss_mib']:>14,.0f}{f['cpu_seconds']:>8.1f}{f['records_per_cpu_second']:>12,.0f}"
+              f"{f['load_1min']:>6.1f}  "
               f"{'yes' if f['verified'] else 'NO'}  {runs}")
-    print("\n  CPU s: the child's CPU time in the window (all threads); load: the machine's 1-min load average "
-          "at the window's end")
+    print("\n  CPU s: the child's CPU time in the window (all threads; rec/CPU s: records per second of it, the "
+          "figure that holds on a shared machine); load: the machine's 1-min load average at the window's end")
     print("  timed:")
     for name in results:
         print(f"    {names.get(name, name)}: {TIMED[name]}")

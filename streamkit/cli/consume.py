@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import click
 import orjson
 
-from ..runtime.progress import is_marker, is_stamped, without_stamp
+from ..runtime.ordering.repartition_stamps import is_marker, is_stamped, without_stamp
 from ..core.records import TopicPartition
 from ..errors import SerializationError
 from ..serdes import Serde

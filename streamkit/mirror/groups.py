@@ -26,7 +26,7 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from ..core.records import TopicPartition
 from ..errors import StreamkitError
-from ..runtime.writer_merge import CommitNote
+from ..runtime.ordering.writer_merge import CommitNote
 from ..transport.base import Transport
 from .checkpoints import read_positions
 from .offset_syncs import PartitionOffsetMap, offset_map

@@ -16,7 +16,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, TYPE_CHECKING, Tuple
+
+if TYPE_CHECKING:  # the runtime loads only when a worker runs
+    from ..runtime.worker.observations import WorkerObservations
+    from ..runtime.worker.view import WorkerView
 
 SAMPLE_EVERY_S = 1.0
 """Seconds between samples."""
@@ -189,14 +193,14 @@ def _numeric_first(name: str) -> Tuple[int, str]:
     return (int(name), "") if name.isdigit() else (1 << 30, name)
 
 
-def take_moment(observations: Any) -> Moment:
+def take_moment(observations: WorkerObservations) -> Moment:
     """The observations' restores and commits now (from any thread; a container the
     worker changes meanwhile raises RuntimeError: the caller reads again)."""
     return Moment(dict(observations.restoring), dict(observations.restoring_since),
                   list(observations.recent_commits), list(observations.recent_restores), time.time())
 
 
-def take_sample(worker: Any, lag: Mapping[Any, int], at: Optional[float] = None) -> Sample:
+def take_sample(worker: WorkerView, lag: Mapping[Any, int], at: Optional[float] = None) -> Sample:
     """The worker's counters now (plain numbers, read from any thread; a dict the worker
     resizes meanwhile raises RuntimeError: the caller reads again)."""
     tasks = {}

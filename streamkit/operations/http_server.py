@@ -56,7 +56,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, Optional, TYPE_CHECKING, Tuple, TypeVar
 
 from urllib.parse import quote
 
@@ -67,8 +67,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ..core.http_security import HttpSecurity, log_binding, parse_bind_address, security_middleware
 from ..core.records import TopicPartition
 from .history import SAMPLE_EVERY_S, WorkerHistory, take_moment, take_sample
-from .metrics import worker_registry
+from .prometheus import worker_registry
 from .queries import Entry, QueryError, StoreQueries, Unavailable, key_text, merge_pages, parse_key, to_json, url_key
+
+if TYPE_CHECKING:  # the runtime loads only when a worker runs
+    from ..runtime.worker.view import WorkerView
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +104,7 @@ class OperationsServer:
     """Serves one worker's endpoints (see the module docstring) on ``address``, from a
     thread of its own; :meth:`start` and :meth:`stop` are called on the worker's loop."""
 
-    def __init__(self, worker: Any, address: str, *, stall_after: float = STALL_AFTER_S,
+    def __init__(self, worker: WorkerView, address: str, *, stall_after: float = STALL_AFTER_S,
                  loop_blocked_after: Optional[float] = None, lag_evaluator: Optional[Any] = None,
                  security: Optional[HttpSecurity] = None) -> None:
         self.worker = worker
@@ -567,7 +570,7 @@ class OperationsServer:
                          "records_per_second": round(rate, 1), "lag": behind,
                          "late_records_dropped": task.metrics.late_records_dropped if task is not None else 0,
                          "records_dead_lettered": task.metrics.records_dead_lettered if task is not None else 0,
-                         "cache_bytes": (sum(s.buffer.cached_bytes for s in task.store_set.open_stores)
+                         "cache_bytes": (sum(s.buffer.cached_bytes for s in task.stores.open_stores)
                                          if task is not None else 0),
                          "restore": _restore_of(worker, task_id)})
         return {"app": worker.app_id, "worker": self.url, "health": self.health_problem() or "ok",
@@ -591,7 +594,7 @@ def _read_racing(read: Callable[[], T]) -> T:
     return read()
 
 
-def _restore_of(worker: Any, task_id: str) -> Optional[Dict[str, int]]:
+def _restore_of(worker: WorkerView, task_id: str) -> Optional[Dict[str, int]]:
     progress = worker.observations.restoring.get(task_id)
     return None if progress is None else {"restored": progress[0], "remaining": progress[1]}
 
@@ -650,13 +653,16 @@ class HttpEndpoints:
         self.loop_blocked_after = loop_blocked_after
         self.server: Optional[OperationsServer] = None
 
-    async def start(self, worker: Any) -> None:
+    async def start(self, worker: WorkerView) -> Optional[str]:
+        """Serve the endpoints of ``worker``; return their address, which the worker
+        advertises to its group."""
         from .lag_endpoint import worker_lag_evaluator
 
         self.server = OperationsServer(worker, self.address, stall_after=self.stall_after,
                                        loop_blocked_after=self.loop_blocked_after, security=self.security)
-        worker.endpoint = await self.server.start()
+        endpoint = await self.server.start()
         self.server.set_lag_evaluator(worker_lag_evaluator(worker))
+        return endpoint
 
     async def stop(self) -> None:
         if self.server is not None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Dict, Optional
+from typing import Any, Awaitable, Callable, Dict, Optional, TYPE_CHECKING
 
 from .lag_sampling import LagMonitor
+
+if TYPE_CHECKING:  # the runtime loads only when a worker runs
+    from ..runtime.worker.view import WorkerView
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +25,7 @@ WINDOW = 10
 class WorkerLag:
     """Samples ``worker``'s group in the background; ``await self()`` is the latest evaluation."""
 
-    def __init__(self, worker: Any, *, interval: float = SAMPLE_INTERVAL_S, window: int = WINDOW) -> None:
+    def __init__(self, worker: WorkerView, *, interval: float = SAMPLE_INTERVAL_S, window: int = WINDOW) -> None:
         self.monitor = LagMonitor(worker.transport.admin, worker.app_id, window=window)
         self.interval = interval
         self._task: Optional[asyncio.Task] = None
@@ -54,7 +57,7 @@ class WorkerLag:
         return self.monitor.evaluate().to_json()
 
 
-def worker_lag_evaluator(worker: Any) -> Callable[[], Awaitable[Dict[str, Any]]]:
+def worker_lag_evaluator(worker: WorkerView) -> Callable[[], Awaitable[Dict[str, Any]]]:
     """A started :class:`WorkerLag` of ``worker`` (call it from the worker's event loop)."""
     lag = WorkerLag(worker)
     lag.start()

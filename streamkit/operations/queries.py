@@ -22,7 +22,7 @@ import heapq
 import struct
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, TYPE_CHECKING, Tuple
 
 import orjson
 
@@ -30,6 +30,9 @@ from ..core.names import task_id as make_task_id
 from ..serdes import Json, String
 from ..core.partitioner import partition_for_key
 from ..windowing.windowed_keys import Windowed
+
+if TYPE_CHECKING:  # the runtime loads only when a worker runs
+    from ..runtime.worker.view import WorkerView
 
 QUERYABLE_KINDS = ("key_value", "window", "session")
 
@@ -103,7 +106,7 @@ def to_json(value: Any) -> Any:
 class StoreQueries:
     """Answers queries on ``worker``'s app from its local tasks (see the module docstring)."""
 
-    def __init__(self, worker: Any) -> None:
+    def __init__(self, worker: WorkerView) -> None:
         self._worker = worker
         self._topology = worker.topology
 
@@ -121,7 +124,7 @@ class StoreQueries:
         spec = self.spec(store)
         sub = next(s for s in self._topology.sub_topologies if store in s.store_names)
         sources = sorted(self._topology.source_nodes(sub))
-        partitions = getattr(self._worker, "partitions", None)
+        partitions = self._worker.partitions
         if not partitions:
             raise Unavailable("the worker is starting: its topics are not resolved yet")
         count = max(partitions[topic] for topic in sources)
@@ -138,7 +141,7 @@ class StoreQueries:
         """Every task of the app that holds a part of ``store``."""
         self.spec(store)
         sub = next(s for s in self._topology.sub_topologies if store in s.store_names)
-        partitions = getattr(self._worker, "partitions", None) or {}
+        partitions = self._worker.partitions
         count = max((partitions.get(t, 0) for t in self._topology.source_nodes(sub)), default=0)
         return [make_task_id(sub.id, p) for p in range(count)]
 

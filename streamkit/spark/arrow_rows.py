@@ -14,7 +14,7 @@ Three row shapes (the first and last with an Arrow schema and the matching Spark
   ``topic``: a record sent to topic ``name`` partition ``partition``, with its place in
   the live output order (``pmax``, ``sender``, ``sequence``: see :class:`EmittedRows`).
   A record of a repartition topic whose reader merges its writers carries its writer
-  stamp (:mod:`streamkit.runtime.progress`) in ``writer``/``writer_time`` instead of
+  stamp (:mod:`streamkit.runtime.ordering.repartition_stamps`) in ``writer``/``writer_time`` instead of
   as its last header.
   ``sink``: a record external sink ``name`` received (``key_text``/``value_text``: JSON).
   ``store``: a final entry of store ``name`` in task ``partition`` (JSON text).
@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.records import Headers
-from ..runtime.progress import RECORD_STAMP, WRITER_HEADER
+from ..runtime.ordering.repartition_stamps import RECORD_STAMP, WRITER_HEADER
 
 HEADERS = pa.binary()
 """Record headers, encoded: a 4-byte count, then per header a 4-byte name length, the name

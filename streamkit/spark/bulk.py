@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
-from ..runtime.collector import RecordCollector
+from ..runtime.context.collector import RecordCollector
 from ..runtime.operators.late_records import LATE_HEADERS
-from ..runtime.compiler import compile_nodes
+from ..runtime.operators.compiler import compile_nodes
 from ..serdes import Bytes, Float, Int, Json, String
 from ..topology import Topology
 from ..topology import nodes as ir

@@ -17,8 +17,8 @@ from typing import Any, List, Mapping
 
 from ..errors import StreamkitError
 from ..processor import Punctuation
-from ..runtime.collector import RecordCollector
-from ..runtime.global_tables import GlobalTables
+from ..runtime.context.collector import RecordCollector
+from ..runtime.task.global_tables import GlobalTables
 from ..topology import Topology
 from ..topology.nodes import WindowAggregationNode
 
@@ -53,7 +53,7 @@ def _wall_clock_punctuators(app: Any, topology: Topology, partitions: Mapping[st
             owners = sorted({s.owner for s in task.context.punctuations.schedules
                              if s.kind is Punctuation.WALL_CLOCK and not s.cancelled})
         finally:
-            task.store_set.close()
+            task.stores.close()
         for owner in owners:
             found.append(f"node '{owner}': schedules a wall-clock punctuation; a replay has no wall clock, "
                          "so it never fires")

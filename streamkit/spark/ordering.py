@@ -1,10 +1,10 @@
 """The order in which a replayed task takes its input: the live runtime's order, as a sort key.
 
 A live task takes the record with the smallest order key next across its input
-partitions, ties going to the input listed first (:mod:`streamkit.runtime.task_inputs`).
+partitions, ties going to the input listed first (:mod:`streamkit.runtime.ordering.task_inputs`).
 A source partition is read in offset order and its key is the record's timestamp;
 a repartition partition's writers are merged by (writer stream time, writer rank,
-offset) (:mod:`streamkit.runtime.writer_merge`), and its key is the writer stream time.
+offset) (:mod:`streamkit.runtime.ordering.writer_merge`), and its key is the writer stream time.
 
 Such a greedy merge of sequences is a sort: a record's place is given by the
 running maximum of the keys of its own sequence up to it (``pmax``), then the

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
 
-from ..runtime.progress import with_writer_header
+from ..runtime.ordering.repartition_stamps import with_writer_header
 from ..serdes import Bytes, Serde
 from .arrow_map import map_in_arrow
 from .arrow_rows import arrow_schema, column_values, headers_from_arrow, spark_schema

@@ -256,7 +256,7 @@ def _serdes(topology: Topology) -> List[Tuple[str, Any]]:
 
 
 def _resolve_inputs(app: Any, topology: Topology, given: Dict[str, Any]) -> Dict[str, Any]:
-    from ..runtime.external_sources import external_sources
+    from ..runtime.task.external_sources import external_sources
 
     produced = {t for sub in topology.sub_topologies for t in sub.sink_topics}
     needed = [t for sub in topology.sub_topologies for t in sub.source_topics if t not in produced]

@@ -8,7 +8,7 @@ each record on its own: only three things carry from one record to the next,
 and all three are running counts or maxima:
 
 - the task's stream time (the largest timestamp so far), which the writer stamp
-  of a repartition record carries (:mod:`streamkit.runtime.progress`);
+  of a repartition record carries (:mod:`streamkit.runtime.ordering.repartition_stamps`);
 - per topic partition sent to, the number of records sent before (``sequence``)
   and the largest of their timestamps (``pmax``), the record's place in the live
   output order (:class:`~.arrow_rows.EmittedRows`);

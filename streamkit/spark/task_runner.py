@@ -1,6 +1,6 @@
 """Runs a sub-topology's task inside a Spark executor, over its input in processing order.
 
-This is the streaming runtime's own :class:`~streamkit.runtime.task.Task` (same
+This is the streaming runtime's own :class:`~streamkit.runtime.task.task.Task` (same
 compiled chain, serdes, stores, error handlers and stream-time punctuations) with
 in-memory stores, fed by Spark instead of a consumer (:mod:`.task_functions` turns
 Spark's Arrow batches into its input). Whatever it sends is gathered as
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.records import RawRecord
-from ..runtime.assembly import TaskSettings, create_task
-from ..runtime.collector import RecordCollector
-from ..runtime.global_tables import GlobalTables
-from ..runtime.progress import merged_topics
-from ..runtime.task import Task
+from ..runtime.task.factory import TaskSettings, create_task
+from ..runtime.context.collector import RecordCollector
+from ..runtime.task.global_tables import GlobalTables
+from ..runtime.ordering.repartition_stamps import merged_topics
+from ..runtime.task.task import Task
 from ..serdes import compact_json
 from ..sinks.base import SinkRecord
 from ..topology import Topology
@@ -59,7 +59,7 @@ class ReplayJob:
     @property
     def stamped_topics(self) -> FrozenSet[str]:
         """The repartition topics whose records carry their writer's stamp (see
-        :mod:`streamkit.runtime.progress`)."""
+        :mod:`streamkit.runtime.ordering.repartition_stamps`)."""
         if self._stamped is None:
             self._stamped = merged_topics(self.topology)
         return self._stamped
@@ -208,7 +208,7 @@ def add_sink_rows(task: Task, outputs: _Outputs) -> None:
 
 def add_store_rows(task: Task, rows: EmittedRows) -> None:
     """Each store's final contents as JSON text (a windowed key as its key, start and end)."""
-    for open_store in task.store_set.open_stores:
+    for open_store in task.stores.open_stores:
         name, store = open_store.spec.name, open_store.store
         if open_store.spec.kind == "suppression" or not hasattr(store, "all"):
             continue  # a suppression buffer is the operator's internal queue, not state to inspect

@@ -12,8 +12,7 @@ import pytest
 
 import streamkit as sk
 from streamkit.errors import StreamkitError
-from streamkit.runtime import commit as commit_module
-from streamkit.runtime import worker as worker_module
+from streamkit.runtime.worker import committer as committer_module
 from streamkit.transport.base import TopicPartition
 from streamkit.broker import EmbeddedBroker
 
@@ -71,8 +70,7 @@ def test_a_gap_in_a_repartition_topic_stops_the_worker(tmp_path: Path) -> None:
 
 
 def test_repartition_topics_are_purged_below_the_committed_offsets(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(worker_module, "PURGE_INTERVAL", 0.0)
-    monkeypatch.setattr(commit_module, "PURGE_INTERVAL", 0.0)
+    monkeypatch.setattr(committer_module, "PURGE_INTERVAL", 0.0)
     directory = tmp_path / "broker"
     _produce(directory, 0, 2_000)
     _produce(directory, 1, 2_000)

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 
 import streamkit as sk
-from streamkit.runtime.task_inputs import TaskInputs
+from streamkit.runtime.ordering.task_inputs import TaskInputs
 from streamkit.transport.base import TopicPartition
 from streamkit.broker import EmbeddedBroker
 from streamkit.transport.embedded.transport import MAX_RECORDS_PER_FETCH, EmbeddedTransport

@@ -82,7 +82,7 @@ def _check_forwarding_and_standbys(app: KafkaApp, expected, workers, logs) -> No
     url_a, url_b = _url(logs[0]), _url(logs[1])
     wait_for(lambda: _both_run_tasks(url_a, url_b), 120, "both workers to run tasks (the group's rebalance)")
     _wait_for_counts(url_a, expected)
-    # The counters are per task and restart on the task's new owner (operations/metrics.py), so
+    # The counters are per task and restart on the task's new owner (operations/prometheus.py), so
     # what a task processed before the rebalance moved it is on neither worker: only what
     # both count from here on adds up to the records processed (each event: 2 sub-topologies).
     before = {url: _processed(url) for url in (url_a, url_b)}

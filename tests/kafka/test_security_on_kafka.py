@@ -25,7 +25,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourcePatternType, ResourceType)
 
 from .broker import KafkaTestBroker  # noqa: E402
-from .conftest import SASL_USERS  # noqa: E402
+from .fixtures import SASL_USERS  # noqa: E402
 from .topics import create_test_topic, kafka_transport  # noqa: E402
 from .workers import COUNTING_APP, KafkaApp  # noqa: E402
 

@@ -11,7 +11,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 import streamkit as sk
-from streamkit.runtime.topics_setup import prepare_topics
+from streamkit.runtime.worker.topics import prepare_topics
 
 from .topics import create_app_topics, create_test_topic, kafka_transport, kept
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, Mapping, Optional
 
 import streamkit as sk
-from streamkit.runtime.topics_setup import prepare_topics
+from streamkit.runtime.worker.topics import prepare_topics
 from streamkit.transport.kafka.config import KafkaClientConfig
 from streamkit.transport.kafka.transport import KafkaTransport
 

@@ -1,4 +1,4 @@
-"""Fixtures of the mirror tests: the suite's Apache Kafka (tests/kafka/conftest.py), a second
+"""Fixtures of the mirror tests: the suite's Apache Kafka (tests/kafka/fixtures.py), a second
 Apache Kafka node for Kafka → Kafka, and the ``streamkit`` CLI in a subprocess."""
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 
 from tests.kafka.apache_kafka import start_apache_kafka
 from tests.kafka.broker import KafkaTestBroker
-from tests.kafka.conftest import kafka, unique_name  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import pytest
 
 from streamkit.core.records import TopicPartition
 from streamkit.mirror.offset_syncs import OffsetRun, PartitionOffsetMap, runs_of
-from streamkit.runtime.writer_merge import CommitNote
+from streamkit.runtime.ordering.writer_merge import CommitNote
 from streamkit.transport.embedded.transport import EmbeddedTransport
 from streamkit.core.partitioner import partition_for_key
 

@@ -1,6 +1,6 @@
 """Fixtures: the real ``streamkit`` CLI in subprocesses (see tests/cli_processes.py), a
 producer that keeps writing while a test watches a group's lag, and the Kafka-protocol
-test broker (see tests/kafka/conftest.py)."""
+test broker (see tests/kafka/fixtures.py)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +13,6 @@ from typing import Callable, Iterator, List
 import pytest
 
 from tests.cli_processes import REPO, broker_dir, cli, spawn  # noqa: F401 (fixtures)
-from tests.kafka.conftest import kafka, unique_name  # noqa: F401 (fixtures)
 
 
 class Trickle:

@@ -2,6 +2,7 @@
 
 - :func:`write_inputs` puts records into an embedded broker directory (the replay's input);
 - :func:`replay_outputs` replays an app from it and reads every output topic back;
+- :func:`live_order` merges per-topic inputs into the order a live task takes them;
 - :func:`driver_outputs` pipes the same records through the TopologyTestDriver;
 - :func:`worker_outputs` runs the real embedded worker over the broker directory.
 
@@ -10,7 +11,7 @@ Outputs are ``{topic: [(key, value, timestamp), ...]}`` in (partition, offset) o
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pyarrow.parquet as pq
 
@@ -66,6 +67,31 @@ def _inputs_from(app: Any, directory: str) -> Dict[str, str]:
     read = {t for sub in topology.sub_topologies for t in sub.source_topics} | set(topology.global_tables.values())
     return {t: directory for t in read - produced if not topology.topics[t].internal
             and not any(getattr(n, "external", None) is not None and n.topic == t for n in topology.nodes.values())}
+
+
+def live_order(app: Any, sides: Mapping[str, Sequence[Record]],
+               via: Optional[Dict[str, str]] = None) -> List[Tuple[str, Any, Any, int]]:
+    """The records of ``sides`` in the order a live task reading all of them takes them:
+    the smallest head timestamp next, ties to the input listed first in its sub-topology
+    (topics read by different tasks: in the order given, for inputs without such ties).
+    ``via``: an input topic that reaches the task through another topic (a repartition
+    topic keeps its order and timestamps) -> that topic."""
+    topology = app.build()
+    via = via or {}
+    read = {via.get(t, t): t for t in sides}
+    sub = next((s for s in topology.sub_topologies if set(read) <= set(s.source_topics)), None)
+    order = [read[t] for t in topology.source_nodes(sub) if t in read] if sub is not None else list(sides)
+    position = {t: 0 for t in order}
+    merged: List[Tuple[str, Any, Any, int]] = []
+    while True:
+        heads = [(sides[t][position[t]][2], index, t) for index, t in enumerate(order)
+                 if position[t] < len(sides[t])]
+        if not heads:
+            return merged
+        _ts, _index, topic = min(heads)
+        key, value, ts = sides[topic][position[topic]]
+        position[topic] += 1
+        merged.append((topic, key, value, ts))
 
 
 def driver_outputs(app: Any, records: Sequence[Tuple[str, Any, Any, int]]) -> Outputs:

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import streamkit as sk
-from streamkit.runtime.progress import strip_markers
+from streamkit.runtime.ordering.repartition_stamps import strip_markers
 from streamkit.spark import ReplayRefusedError
 from streamkit.broker.broker import EmbeddedBroker
 

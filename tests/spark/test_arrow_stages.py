@@ -25,7 +25,7 @@ import pytest
 import streamkit as sk
 from streamkit.broker.broker import EmbeddedBroker
 from streamkit.core.records import Headers
-from streamkit.runtime.progress import with_writer_header
+from streamkit.runtime.ordering.repartition_stamps import with_writer_header
 from streamkit.spark import replay
 from streamkit.spark.arrow_rows import (EmittedRows, decode_headers, encode_headers, headers_from_arrow,
                                         headers_to_arrow)

@@ -38,7 +38,7 @@ from streamkit.core.partitioner import partition_for_key
 
 from ..kafka.broker import KafkaTestBroker, run_sync
 from ..kafka.topics import create_app_topics, create_test_topic, kafka_transport
-from .conftest import REPO, spark_kafka_jars
+from .fixtures import REPO, spark_kafka_jars
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,7 @@ runs the live runtime's tasks synchronously) or with the real embedded worker.
 Processing order. A live task reading several topics takes the record with the
 smallest timestamp next across its input partitions, each partition in offset
 order, ties going to the input listed first in the sub-topology
-(:class:`streamkit.runtime.task_inputs.TaskInputs`); the driver processes records
+(:class:`streamkit.runtime.ordering.task_inputs.TaskInputs`); the driver processes records
 in the order they are piped. So every two-input test generates each topic's
 records in offset order (out-of-order timestamps within a topic included) and
 pipes them into the driver in the order that merge gives (:func:`live_order`, an
@@ -32,7 +32,7 @@ import pytest
 
 import streamkit as sk
 
-from .harness import driver_outputs, per_key, replay_outputs, worker_outputs, write_inputs
+from .harness import driver_outputs, live_order, per_key, replay_outputs, worker_outputs, write_inputs
 
 pytestmark = pytest.mark.spark
 
@@ -43,30 +43,6 @@ Side = List[Tuple[Any, Any, int]]          # one topic's (key, value, timestamp)
 
 
 # -- input generation and ordering ---------------------------------------------------------------------
-
-
-def live_order(app: sk.App, sides: Dict[str, Side], via: Optional[Dict[str, str]] = None) -> List[Input]:
-    """The records of ``sides`` in the order a live task reading all of them takes them:
-    the smallest head timestamp next, ties to the input listed first in its sub-topology
-    (topics read by different tasks: in the order given, for inputs without such ties).
-    ``via``: an input topic that reaches the task through another topic (a repartition
-    topic keeps its order and timestamps) -> that topic."""
-    topology = app.build()
-    via = via or {}
-    read = {via.get(t, t): t for t in sides}
-    sub = next((s for s in topology.sub_topologies if set(read) <= set(s.source_topics)), None)
-    order = [read[t] for t in topology.source_nodes(sub) if t in read] if sub is not None else list(sides)
-    position = {t: 0 for t in order}
-    merged: List[Input] = []
-    while True:
-        heads = [(sides[t][position[t]][2], index, t) for index, t in enumerate(order)
-                 if position[t] < len(sides[t])]
-        if not heads:
-            return merged
-        _ts, _index, topic = min(heads)
-        key, value, ts = sides[topic][position[topic]]
-        position[topic] += 1
-        merged.append((topic, key, value, ts))
 
 
 def timeline(rng: random.Random, n: int, topics: Sequence[Tuple[str, float]], *, step: Tuple[int, int] = (0, 4),

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import streamkit as sk
-from streamkit.runtime.external_sources import external_sources
+from streamkit.runtime.task.external_sources import external_sources
 from streamkit.serdes import String
 from streamkit.spark import ReplayRefusedError, replay
 from streamkit.testing import TopologyTestDriver

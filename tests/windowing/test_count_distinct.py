@@ -163,8 +163,8 @@ def test_with_caching_each_window_forwards_its_count_once_per_commit(backend: st
     (new, old) sets into counts."""
     import orjson
 
-    from streamkit.runtime.assembly import TaskSettings, create_task
-    from streamkit.runtime.collector import RecordCollector
+    from streamkit.runtime.task.factory import TaskSettings, create_task
+    from streamkit.runtime.context.collector import RecordCollector
 
     app = sk.App("distinct-cache")
     app.topology(lambda b: b.stream(app.topic("in", partitions=1)).group_by_key()
@@ -186,9 +186,9 @@ def test_with_caching_each_window_forwards_its_count_once_per_commit(backend: st
         assert outputs() == []
         task.prepare_commit()
         assert outputs() == [(0, 2, 3), (10, 1, 12)]
-        task.store_set.persist({})
+        task.stores.persist({})
         task.process("in", [(4, 13, b'"a"', b'{"u":5}', None)])
         task.prepare_commit()
         assert outputs() == [(10, 2, 13)]
     finally:
-        task.store_set.close()
+        task.stores.close()

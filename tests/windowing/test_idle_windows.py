@@ -197,8 +197,8 @@ def test_idle_advance_closes_windows_for_the_store_too() -> None:
 def test_idle_time_counts_from_when_the_task_starts_running_not_from_its_creation() -> None:
     """A worker creates a task, then restores its stores (maybe for minutes): that wait is
     not idle input, so it must not advance stream time."""
-    from streamkit.runtime.assembly import TaskSettings, create_task
-    from streamkit.runtime.collector import RecordCollector
+    from streamkit.runtime.task.factory import TaskSettings, create_task
+    from streamkit.runtime.context.collector import RecordCollector
 
     app = sk.App("idle-restore", close_idle_windows_after=5 * SEC)
 
@@ -211,7 +211,7 @@ def test_idle_time_counts_from_when_the_task_starts_running_not_from_its_creatio
     task = create_task(topology, topology.sub_topologies[0], 0, partitions={t: 1 for t in topology.topics},
                        collector=RecordCollector(), wall_clock=lambda: clock[0],
                        settings=TaskSettings(close_idle_windows_after_ms=5_000))
-    task.store_set.record_stream_time(1_000)  # as restored from the changelog
+    task.stores.record_stream_time(1_000)  # as restored from the changelog
     clock[0] = 60_000  # the restore took a minute
     task.punctuate_wall_clock()
     assert task.stream_time == 1_000 and task.metrics.idle_stream_time_advances == 0

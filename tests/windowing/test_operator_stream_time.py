@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 import streamkit as sk
-from streamkit.runtime.assembly import TaskSettings, create_task
-from streamkit.runtime.collector import RecordCollector
+from streamkit.runtime.task.factory import TaskSettings, create_task
+from streamkit.runtime.context.collector import RecordCollector
 from streamkit.testing import TopologyTestDriver
 
 MS = timedelta(milliseconds=1)
@@ -164,8 +164,8 @@ def test_a_restarted_task_resumes_each_operators_own_stream_time(tmp_path: Any) 
     task, collector = _branch_task(tmp_path)
     task.process("in", [(0, 100, b"x1", b"1", None), (1, 12, b"y1", b"1", None)])
     task.prepare_commit()
-    task.store_set.persist({})
-    task.store_set.close()
+    task.stores.persist({})
+    task.stores.close()
     assert _outputs(collector) == [("x1", 1), ("y1", 1)]
 
     task, collector = _branch_task(tmp_path)
@@ -174,7 +174,7 @@ def test_a_restarted_task_resumes_each_operators_own_stream_time(tmp_path: Any) 
     assert _outputs(collector) == [("y1", 1)]
     assert task.metrics.late_records_dropped == 1
     assert task.stream_time == 100
-    task.store_set.close()
+    task.stores.close()
 
 
 # -- property: records that never reach an operator change nothing -------------------------------

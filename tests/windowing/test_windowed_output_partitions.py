@@ -13,7 +13,7 @@ from typing import Dict, List, Set
 import orjson
 
 import streamkit as sk
-from streamkit.runtime.progress import read_stamp
+from streamkit.runtime.ordering.repartition_stamps import read_stamp
 from streamkit.broker import EmbeddedBroker
 from streamkit.transport.embedded.transport import EmbeddedTransport
 from streamkit.core.partitioner import partition_for_key

@@ -85,7 +85,7 @@ def run(spec: dict, probe: Probe) -> None:
 
     async def process_then_stop_when_done(self: Worker) -> bool:
         processed = await process_available(self)
-        if probe.all_fetched and not any(inputs.pending() for inputs in self._inputs.values()):
+        if probe.all_fetched and self.task_manager is not None and not self.task_manager.input_pending():
             self.stop()
         return processed
 

@@ -6,7 +6,7 @@ from typing import Any, Callable, List, Mapping
 
 from ...errors import UserFunctionError
 from ...topology import Topology
-from ..context import Downstream, TaskContext
+from ..context.task_context import Downstream, TaskContext
 
 __all__ = ["Compiler", "CompileEnv", "Downstream", "fan_out", "user_error"]
 

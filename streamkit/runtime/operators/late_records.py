@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from ..context import TaskContext
-from ..operator_time import ObservedStreamTime
+from ..context.task_context import TaskContext
+from ..context.operator_time import ObservedStreamTime
 
 log = logging.getLogger("streamkit.late")
 

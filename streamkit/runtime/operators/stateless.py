@@ -10,9 +10,9 @@ from ...topology import Topology
 from ...topology import nodes as ir
 from ...core.partitioner import cached_key_hash, partition_for_key
 from ...windowing.windowed_keys import WindowedSerde
-from ..context import NodeProcessorContext
+from ..context.task_context import NodeProcessorContext
 from ...core.names import parse_task_id
-from ..progress import merged_topics, with_writer_header, writer_rank
+from ..ordering.repartition_stamps import merged_topics, with_writer_header, writer_rank
 from .base import CompileEnv, Downstream, noop, user_error
 
 _user_error = user_error
@@ -149,7 +149,7 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
     own_partition = task.partition % partitions
     name = node.name
     # A repartition topic's records also carry the writing task and its stream time (see
-    # .progress): the reading task orders its writers by them.
+    # ..ordering.repartition_stamps): the reading task orders its writers by them.
     rank = writer_rank(*parse_task_id(task.task_id)) if topic in merged_topics(env.topology) else None
     spec = env.topology.topics.get(topic)
     windowed_partition = (_partition_by_base_key(node.key_serde, partitions, own_partition)

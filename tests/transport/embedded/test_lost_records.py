@@ -7,9 +7,9 @@ import os
 import pytest
 
 import streamkit as sk
-from streamkit.runtime.external_sources import ExternalSourceConsumer
-from streamkit.runtime.metrics import TaskMetrics
-from streamkit.runtime.topics_setup import prepare_topics
+from streamkit.runtime.task.external_sources import ExternalSourceConsumer
+from streamkit.runtime.context.task_metrics import TaskMetrics
+from streamkit.runtime.worker.topics import prepare_topics
 from streamkit.transport.base import PartitionOffsets, TopicPartition
 from streamkit.broker import EmbeddedBroker
 from streamkit.broker.errors import UnknownPartitionError, UnknownTopicError

@@ -9,7 +9,10 @@ import asyncio
 from pathlib import Path
 from typing import List
 
+import pytest
+
 import streamkit as sk
+from streamkit.runtime.worker.tasks import TaskManager
 from streamkit.transport.base import GroupPlan
 from streamkit.transport.embedded.transport import EmbeddedMembership, EmbeddedTransport
 
@@ -28,26 +31,27 @@ def _two_sub_topology_app() -> sk.App:
     return app
 
 
-def test_tasks_given_back_before_they_started_are_free_while_the_first_worker_lives(tmp_path: Path) -> None:
+def test_tasks_given_back_before_they_started_are_free_while_the_first_worker_lives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     transport = EmbeddedTransport(str(tmp_path / "broker"))
     app = _two_sub_topology_app()
     seen: List[List[str]] = []
 
     async def run() -> None:
         worker = app.worker(transport, until_idle=1.5, state_dir=str(tmp_path / "state"))
-        start_task = worker._start_task
+        start_task = TaskManager.start
         second: List[EmbeddedMembership] = []
 
-        async def start_then_second_worker_joins(tid: str) -> None:
-            await start_task(tid)
+        async def start_then_second_worker_joins(tasks: TaskManager, tid: str) -> None:
+            await start_task(tasks, tid)
             if not second:
-                stateful = frozenset(t for t in worker._plan_tasks if t.startswith("1_"))  # the count's tasks
+                stateful = frozenset(t for t in tasks.plan if t.startswith("1_"))  # the count's tasks
                 second.append(EmbeddedMembership(transport.broker, app.id,
-                                                 GroupPlan(tasks=worker._plan_tasks, stateful=stateful),
+                                                 GroupPlan(tasks=tasks.plan, stateful=stateful),
                                                  poll_interval=0.01))
                 # as a restore would: the first worker looks at its share again before its next start
                 await asyncio.sleep(0.3)
-        worker._start_task = start_then_second_worker_joins  # type: ignore[method-assign]
+        monkeypatch.setattr(TaskManager, "start", start_then_second_worker_joins)
 
         async def second_worker_polls() -> None:
             while not second:
