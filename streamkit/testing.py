@@ -8,7 +8,11 @@ error handlers); only the transport differs. Where it differs from production:
   sends through repartition topics (a commit per record);
 - every update is emitted (no caching), stores are in memory, nothing is
   changelogged, and the wall clock is manual
-  (:meth:`TopologyTestDriver.advance_wall_clock`).
+  (:meth:`TopologyTestDriver.advance_wall_clock`);
+- external sinks (``stream.sink(...)``: a database, Parquet or JSON-lines files) are not
+  written to unless asked (``deliver_external_sinks=True``): their records are kept for
+  :meth:`TopologyTestDriver.sink_records`. A ``Callback`` sink, which runs in this
+  process, is called as in a worker.
 
 >>> import streamkit as sk
 >>> app = sk.App("doc-driver")
@@ -38,6 +42,8 @@ from .runtime.task.global_tables import GlobalTables
 from .runtime.ordering.repartition_stamps import strip_markers
 from .runtime.task.task import Task
 from .serdes import Serde
+from .sinks.base import SinkRecord
+from .sinks.collecting import CollectingSinkWriter
 from .stores import KeyValueStore
 from .topology import Topology
 from .topology.serde_binding import bind_serdes
@@ -61,11 +67,15 @@ class TestRecord:
 
 
 class TopologyTestDriver:
-    """Pipe records into an app's input topics and read what its sinks wrote."""
+    """Pipe records into an app's input topics and read what its sinks wrote.
+
+    ``deliver_external_sinks``: deliver to the app's external sinks (write the database
+    rows, the files) as a worker does; by default their records are only collected."""
 
     __test__ = False
 
-    def __init__(self, app: App, *, initial_wall_clock: Union[int, datetime] = 0) -> None:
+    def __init__(self, app: App, *, initial_wall_clock: Union[int, datetime] = 0,
+                 deliver_external_sinks: bool = False) -> None:
         self.app = app
         # No broker here: registry="embedded" serdes share an in-memory registry per driver.
         self._registry_broker = f"memory://driver-{next(_DRIVER_IDS)}"
@@ -87,7 +97,8 @@ class TopologyTestDriver:
         for sub in self.topology.sub_topologies:
             task = create_task(self.topology, sub, 0, partitions=partitions, collector=self._collector,
                                wall_clock=lambda: self._wall_clock, settings=settings,
-                               global_stores=self._globals.stores)
+                               global_stores=self._globals.stores,
+                               task_class=Task if deliver_external_sinks else _SinkCollectingTask)
             self._tasks[task.id] = task
             for topic in sub.source_topics:
                 self._task_of_topic[topic] = task
@@ -202,6 +213,20 @@ class TopologyTestDriver:
                 total[name] = total.get(name, 0) + value
         return total
 
+    def sink_records(self, name: str) -> List[SinkRecord]:
+        """What the topology wrote to the external sink node ``name`` (``stream.sink(sink,
+        name=...)``), in order, when the driver collects rather than delivers it."""
+        for task in self._tasks.values():
+            writer = task.sinks.get(name)
+            if writer is not None:
+                if not isinstance(writer, CollectingSinkWriter):
+                    raise StreamkitError(f"sink '{name}' is delivered, not collected (deliver_external_sinks=True, "
+                                         "or a Callback sink): read its destination instead")
+                return list(writer.records)
+        sinks = sorted(n for task in self._tasks.values() for n in task.sinks)
+        raise StreamkitError(f"app '{self.app.id}' has no external sink node '{name}' (it has: "
+                             f"{', '.join(sinks) or 'none'})")
+
     def close(self) -> None:
         for task in self._tasks.values():
             task.close_sinks(dirty=False)
@@ -286,3 +311,10 @@ def _millis(ts: Union[int, datetime]) -> int:
     if isinstance(ts, datetime):
         return int(ts.timestamp() * 1000)
     return int(ts)
+
+
+class _SinkCollectingTask(Task):
+    """The driver's task: external sinks are collected, in-process ones (Callback) delivered."""
+
+    def delivers_to(self, sink: Any) -> bool:
+        return not getattr(sink, "external", True)

@@ -86,6 +86,10 @@ class Sink(abc.ABC):
     """A destination outside the broker. Subclasses implement :meth:`open`."""
 
     retry: RetryPolicy = RetryPolicy()
+    external: bool = True
+    """Whether the sink writes outside this process (a database, files). The test driver
+    collects such a sink's records instead of delivering them unless asked
+    (``TopologyTestDriver(app, deliver_external_sinks=True)``); the Spark replay always does."""
 
     @abc.abstractmethod
     def open(self, task: SinkTask) -> "SinkWriter":

@@ -16,6 +16,8 @@ class Callback(Sink):
     any other exception stops the worker with the records' origin in the error.
     """
 
+    external = False  # the function runs in this process: the test driver calls it too
+
     def __init__(self, fn: Callable[[SinkRecord], object], *, name: str = "") -> None:
         if not callable(fn):
             raise ConfigError(f"Callback sink: fn must be callable, got {fn!r}")

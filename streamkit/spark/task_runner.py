@@ -23,7 +23,6 @@ from ..runtime.task.global_tables import GlobalTables
 from ..runtime.ordering.repartition_stamps import merged_topics
 from ..runtime.task.task import Task
 from ..serdes import compact_json
-from ..sinks.base import SinkRecord
 from ..topology import Topology
 from ..topology.model import SubTopology
 from ..topology.serde_binding import bind_serdes
@@ -75,37 +74,12 @@ class ReplayJob:
         return state
 
 
-class _CollectingWriter:
-    """Stands in for an external sink's writer: a replay writes sink records as output
-    instead of delivering them (the replay must not touch the live database or archive)."""
-
-    def __init__(self) -> None:
-        self.records: List[SinkRecord] = []
-
-    def write(self, record: SinkRecord) -> None:
-        self.records.append(record)
-
-    def start(self) -> None:
-        pass
-
-    def commit(self, positions: Any) -> None:
-        pass
-
-    def discard(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
-
-
 class ReplayTask(Task):
-    """A task whose external sinks collect their records instead of delivering them."""
+    """A task whose external sinks collect their records instead of delivering them (a
+    replay must not touch the live database or archive; its sinks' records become output)."""
 
-    def _open_sinks(self, topology: Topology, sub: SubTopology, partitions: Mapping[str, int]) -> Dict[str, Any]:
-        from ..topology.nodes import ExternalSinkNode
-
-        return {name: _CollectingWriter() for name in sub.node_names
-                if isinstance(topology.nodes[name], ExternalSinkNode)}
+    def delivers_to(self, sink: Any) -> bool:
+        return False
 
 
 def build_task(job: ReplayJob, sub: SubTopology, partition: int, collector: RecordCollector,

@@ -199,7 +199,7 @@ def run_app(sink: Database, records: Sequence[tuple], *, app_id: str = "app", **
     def build(b: sk.StreamsBuilder) -> None:
         b.stream("in").sink(sink, name="db")
 
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         for i, (key, value) in enumerate(records):
             topic.pipe_input(key, value, timestamp=i)
@@ -324,7 +324,7 @@ def test_windowed_count_through_the_dsl(db: Any) -> None:
          .count(name="per-minute").to_stream()
          .sink(Database(db.url, "per_minute", key_columns=["key", "window_start"])))
 
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         views = driver.input_topic("views")
         for user, ts in [("ann", 0), ("ann", 59_999), ("bob", 1_000), ("ann", 60_000), ("ann", 61_000),
                          ("bob", 125_000)]:

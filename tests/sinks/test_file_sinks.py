@@ -150,7 +150,7 @@ def make_sink(ext: str, path, **kwargs):
 def test_parquet_files_are_named_by_input_offsets_and_hold_typed_columns(tmp_path: Path) -> None:
     archive = tmp_path / "arch"
     app = sink_app(sk.sinks.ParquetArchive(str(archive), roll_records=3))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         for i in range(7):
             topic.pipe_input(f"k{i}", {"n": i, "tags": ["x", i]}, timestamp=1000 + i)
@@ -178,7 +178,7 @@ def test_parquet_files_are_named_by_input_offsets_and_hold_typed_columns(tmp_pat
 def test_json_lines_files_hold_one_object_per_record(tmp_path: Path) -> None:
     jl = tmp_path / "jl"
     app = sink_app(sk.sinks.JsonLines(str(jl), roll_records=2))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         topic.pipe_input("a", {"n": 1}, timestamp=5)
         topic.pipe_input(None, {"n": 2}, timestamp=6)  # no key
@@ -197,7 +197,7 @@ def test_json_lines_files_hold_one_object_per_record(tmp_path: Path) -> None:
 def test_both_sinks_of_one_stream_archive_the_same_records(tmp_path: Path) -> None:
     app = sink_app(sk.sinks.ParquetArchive(str(tmp_path / "arch"), roll_records=3),
                    sk.sinks.JsonLines(str(tmp_path / "jl"), roll_records=2))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         for i in range(5):
             driver.input_topic("in").pipe_input(f"k{i}", {"n": i}, timestamp=i)
     assert rolled_names(tmp_path / "arch", "parquet") == ["in+0+0-2.parquet", "in+0+3-4.parquet"]
@@ -250,7 +250,7 @@ def test_flat_map_output_of_one_offset_stays_in_one_file(tmp_path: Path) -> None
         (b.stream("in").flat_map(lambda k, v: [(f"{k}-{j}", {"n": v["n"], "j": j}) for j in range(v["n"] % 4)])
          .sink(sk.sinks.JsonLines(str(tmp_path / "jl"), roll_records=3)))
 
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         for n in range(12):
             driver.input_topic("in").pipe_input(f"k{n}", {"n": n}, timestamp=n)
     assert_file_names_match_rows(tmp_path / "jl", "jsonl")
@@ -270,7 +270,7 @@ def test_multiple_input_topics_get_separate_file_series(tmp_path: Path) -> None:
     def build(b):
         b.stream("a").merge(b.stream("b")).sink(sk.sinks.ParquetArchive(str(tmp_path / "arch"), roll_records=2))
 
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         for i in range(3):
             driver.input_topic("a").pipe_input(f"a{i}", {"i": i}, timestamp=i)
         for i in range(5):
@@ -285,7 +285,7 @@ def test_multiple_input_topics_get_separate_file_series(tmp_path: Path) -> None:
 def test_json_keys_are_stored_as_json_text_and_none_keys_as_null(tmp_path: Path) -> None:
     archive = tmp_path / "arch"
     app = sink_app(sk.sinks.ParquetArchive(str(archive)), app_id="jk", default_key_serde=sk.serdes.Json())
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         topic.pipe_input({"user": 1, "region": "eu"}, {"n": 1}, timestamp=1)
         topic.pipe_input([1, "x"], {"n": 2}, timestamp=2)
@@ -312,7 +312,7 @@ def test_roll_interval_rolls_aged_staging_at_the_next_commit(tmp_path: Path) -> 
     aged, never = tmp_path / "aged", tmp_path / "never"
     app = sink_app(sk.sinks.JsonLines(str(aged), roll_interval=timedelta(milliseconds=400)),
                    sk.sinks.JsonLines(str(never), roll_interval=None))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         topic.pipe_input("a", {"n": 0}, timestamp=0)
         assert rolled_names(aged, "jsonl") == []  # younger than the interval
@@ -329,7 +329,7 @@ def test_roll_interval_applies_at_a_commit_without_new_sink_records(tmp_path: Pa
     app = sk.App("ri")
     app.topology(lambda b: b.stream("in").filter(lambda k, v: v["keep"])
                  .sink(sk.sinks.JsonLines(str(archive), roll_interval=0.05)))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         topic.pipe_input("a", {"keep": True}, timestamp=0)
         time.sleep(0.12)
@@ -397,7 +397,7 @@ def test_dict_schema_gives_one_typed_column_per_field(tmp_path: Path) -> None:
     sink = sk.sinks.ParquetArchive(str(archive), schema={"user": "string", "n": "int64", "score": "double",
                                                          "ok": "bool"})
     app = sink_app(sink)
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         topic.pipe_input("a", {"user": "u1", "n": 3, "score": 1.5, "ok": True}, timestamp=7)
         topic.pipe_input("b", {"n": 4}, timestamp=8)  # missing fields are null
@@ -421,7 +421,7 @@ def test_pyarrow_schema_and_dataclass_values(tmp_path: Path) -> None:
     app = sk.App("dc")
     app.topology(lambda b: b.stream("in").map_values(lambda v: Reading(**v))
                  .sink(sk.sinks.ParquetArchive(str(archive), schema=schema)))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         driver.input_topic("in").pipe_input("s", {"sensor": "s1", "value_c": 21.5, "ok": True}, timestamp=1)
         driver.input_topic("in").pipe_input("s", {"sensor": "s2", "value_c": -3.0, "ok": False}, timestamp=2)
     table = pq.read_table(archive / "in+0+0-1.parquet")
@@ -441,7 +441,7 @@ def test_values_not_fitting_the_schema_fail_while_processed(tmp_path: Path, valu
     app = sk.App("bad")
     app.topology(lambda b: b.stream("in").map_values(lambda v: v["out"])
                  .sink(sk.sinks.ParquetArchive(str(archive), schema={"n": "int64"})))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         topic.pipe_input("a", {"out": {"n": 1}}, timestamp=1)
         with pytest.raises(RecordError) as raised:
@@ -460,7 +460,7 @@ def test_error_handlers_apply_to_records_a_sink_cannot_take(tmp_path: Path) -> N
     app = sk.App("skip", processing_error_handler="log_and_skip")
     app.topology(lambda b: b.stream("in").map_values(lambda v: v["out"])
                  .sink(sk.sinks.ParquetArchive(str(archive), schema={"n": "int64"})))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         for i, out in enumerate([{"n": 0}, "not a dict", {"n": 2}, {"zz": 1}, {"n": 4}]):
             topic.pipe_input(f"k{i}", {"out": out}, timestamp=i)
@@ -474,7 +474,7 @@ def test_dead_letter_handler_takes_unserializable_values(tmp_path: Path) -> None
     app = sk.App("dlq", processing_error_handler="dead_letter")
     app.topology(lambda b: b.stream("in").map_values(lambda v: {"s": {1, 2}} if v["bad"] else v)
                  .sink(sk.sinks.JsonLines(str(archive))))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         topic.pipe_input("a", {"bad": False}, timestamp=1)
         topic.pipe_input("b", {"bad": True}, timestamp=2)
@@ -497,7 +497,7 @@ def test_json_unserializable_records_fail_while_processed(tmp_path: Path, mapper
     app = sk.App("unser", default_key_serde=sk.serdes.Json())
     app.topology(lambda b: b.stream("in").map(lambda k, v: mapper(k, v) if v["bad"] else (k, v))
                  .sink(sk.sinks.ParquetArchive(str(archive))))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         topic.pipe_input("a", {"bad": False}, timestamp=1)
         with pytest.raises(RecordError) as raised:
@@ -511,7 +511,7 @@ def test_json_unserializable_records_fail_while_processed(tmp_path: Path, mapper
 def test_a_value_of_the_wrong_field_type_fails_while_processed_not_at_roll(tmp_path: Path) -> None:
     archive = tmp_path / "arch"
     app = sink_app(sk.sinks.ParquetArchive(str(archive), roll_records=2, schema={"n": "int64"}))
-    with TopologyTestDriver(app) as driver:
+    with TopologyTestDriver(app, deliver_external_sinks=True) as driver:
         topic = driver.input_topic("in")
         with pytest.raises(RecordError) as raised:
             topic.pipe_input("a", {"n": "not a number"}, timestamp=1)
@@ -552,7 +552,7 @@ def test_a_directory_under_a_regular_file_fails_when_the_task_starts(tmp_path: P
     blocker.write_text("a regular file")
     target = blocker / "archive"
     with pytest.raises(SinkError) as raised:
-        TopologyTestDriver(sink_app(make_sink(ext, target)))
+        TopologyTestDriver(sink_app(make_sink(ext, target)), deliver_external_sinks=True)
     message = str(raised.value)
     assert str(target) in message and "opening" in message and "Not a directory" in message
     assert blocker.read_text() == "a regular file"
@@ -575,9 +575,9 @@ def test_a_read_only_directory_fails_when_the_task_starts(tmp_path: Path) -> Non
     try:
         # The archive directory itself is not writable, and a new directory inside it cannot be made.
         with pytest.raises(SinkError, match="is not writable"):
-            TopologyTestDriver(sink_app(sk.sinks.ParquetArchive(str(locked))))
+            TopologyTestDriver(sink_app(sk.sinks.ParquetArchive(str(locked))), deliver_external_sinks=True)
         with pytest.raises(SinkError, match="opening failed") as raised:
-            TopologyTestDriver(sink_app(sk.sinks.JsonLines(str(locked / "sub"))))
+            TopologyTestDriver(sink_app(sk.sinks.JsonLines(str(locked / "sub"))), deliver_external_sinks=True)
         assert str(locked / "sub") in str(raised.value)
     finally:
         if os.geteuid() == 0:
@@ -615,12 +615,12 @@ def test_restart_with_the_driver_delivers_each_record_once(tmp_path: Path) -> No
     def app():
         return sink_app(sk.sinks.ParquetArchive(str(path), roll_records=3))
 
-    crashed = TopologyTestDriver(app())
+    crashed = TopologyTestDriver(app(), deliver_external_sinks=True)
     for i in range(5):
         crashed.input_topic("in").pipe_input(f"k{i}", {"i": i}, timestamp=i)
     del crashed  # never closed: nothing rolled on close
     assert rolled_names(path, "parquet") == ["in+0+0-2.parquet"]
-    with TopologyTestDriver(app()) as driver:  # the input is replayed from its start
+    with TopologyTestDriver(app(), deliver_external_sinks=True) as driver:  # the input is replayed from its start
         for i in range(7):
             driver.input_topic("in").pipe_input(f"k{i}", {"i": i}, timestamp=i)
         assert driver.metrics()["records_processed"] == 7
@@ -843,7 +843,7 @@ def punctuating_app(path: Path, roll_records: int) -> sk.App:
 
 def test_punctuation_records_are_archived_after_the_last_input_record(tmp_path: Path) -> None:
     path = tmp_path / "arch"
-    with TopologyTestDriver(punctuating_app(path, roll_records=100)) as driver:
+    with TopologyTestDriver(punctuating_app(path, roll_records=100), deliver_external_sinks=True) as driver:
         driver.input_topic("in").pipe_input("k0", {"n": 0}, timestamp=1)
         driver.input_topic("in").pipe_input("k1", {"n": 1}, timestamp=2)
         driver.advance_wall_clock(timedelta(seconds=1))
@@ -854,10 +854,10 @@ def test_punctuation_records_are_archived_after_the_last_input_record(tmp_path: 
 
 def test_a_punctuation_before_any_input_does_not_hide_offset_0_after_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "arch"
-    crashed = TopologyTestDriver(punctuating_app(path, roll_records=100))
+    crashed = TopologyTestDriver(punctuating_app(path, roll_records=100), deliver_external_sinks=True)
     crashed.advance_wall_clock(timedelta(seconds=1))  # a tick is delivered; no input was processed
     del crashed  # died before reading any input
-    with TopologyTestDriver(punctuating_app(path, roll_records=100)) as driver:
+    with TopologyTestDriver(punctuating_app(path, roll_records=100), deliver_external_sinks=True) as driver:
         driver.input_topic("in").pipe_input("k0", {"n": 0}, timestamp=1)
         driver.input_topic("in").pipe_input("k1", {"n": 1}, timestamp=2)
     keys = [key for _offset, key, _value in all_delivered(path, "parquet")]
@@ -866,7 +866,7 @@ def test_a_punctuation_before_any_input_does_not_hide_offset_0_after_a_restart(t
 
 def test_a_staged_punctuation_record_survives_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "arch"
-    crashed = TopologyTestDriver(punctuating_app(path, roll_records=2))
+    crashed = TopologyTestDriver(punctuating_app(path, roll_records=2), deliver_external_sinks=True)
     crashed.input_topic("in").pipe_input("k0", {"n": 0}, timestamp=1)
     crashed.input_topic("in").pipe_input("k1", {"n": 1}, timestamp=2)  # rolls 0-1
     crashed.advance_wall_clock(timedelta(seconds=1))  # a tick staged (under offset 1)

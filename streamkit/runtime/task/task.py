@@ -10,6 +10,7 @@ from ...core.names import task_id
 from ...errors import UserFunctionError
 from ...processor import Punctuation
 from ...sinks.base import SinkTask
+from ...sinks.collecting import CollectingSinkWriter
 from ...state.task_stores import TaskStores
 from ...topology import Topology
 from ...topology.model import SubTopology
@@ -98,8 +99,11 @@ class Task:
             for name in sub.node_names:
                 node = topology.nodes[name]
                 if isinstance(node, ExternalSinkNode):
-                    writer = writers[name] = node.sink.open(SinkTask(topology.app_id, self.id, name, inputs))
-                    writer.start()
+                    if self.delivers_to(node.sink):
+                        writer = writers[name] = node.sink.open(SinkTask(topology.app_id, self.id, name, inputs))
+                        writer.start()
+                    else:
+                        writers[name] = CollectingSinkWriter()
         except BaseException:
             for writer in writers.values():
                 writer.discard()
@@ -107,6 +111,11 @@ class Task:
             self.stores.close()
             raise
         return writers
+
+    def delivers_to(self, sink: Any) -> bool:
+        """Whether this task delivers to ``sink`` (else its records are collected in a
+        :class:`~streamkit.sinks.collecting.CollectingSinkWriter`): a worker's task always does."""
+        return True
 
     def commit_sinks(self) -> None:
         """Deliver what the task wrote to external sinks (blocking I/O: the worker runs it
