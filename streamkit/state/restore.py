@@ -175,7 +175,7 @@ END_READ_TIMEOUT = 5.0
 """Seconds to wait for the broker to report a changelog's end again during a stalled restore."""
 
 
-async def _end_again(admin: Admin, tp: TopicPartition, end: int) -> int:
+async def reread_end(admin: Admin, tp: TopicPartition, end: int) -> int:
     """The changelog partition's end as the broker reports it now (``end`` if it cannot say
     within END_READ_TIMEOUT); read in a thread, so an unreachable broker never blocks the loop."""
     loop = asyncio.get_running_loop()
@@ -222,7 +222,7 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
                 empty_fetches += 1
                 if empty_fetches >= EMPTY_FETCHES_BELOW_END:
                     empty_fetches = 0
-                    end = await _end_again(admin, tp, end)
+                    end = await reread_end(admin, tp, end)
                     now = time.monotonic()
                     stalled_since = now if stalled_since is None else stalled_since
                     position = consumer.position(tp)

@@ -344,3 +344,55 @@ def test_a_restore_that_cannot_read_on_fails_naming_the_store_and_offsets(
     finally:
         stores.close()
     assert len(expected) == 5000
+
+
+def test_global_tables_load_to_the_end_through_a_cut_connection(kafka_behind_proxy, unique_name,
+                                                                  caplog) -> None:
+    """Loading a global table used to stop after 2 s with nothing readable and start the tasks
+    on a part of the table; through a 5 s cut it now waits, says so, and loads every row."""
+    import threading
+
+    import streamkit as sk
+    from streamkit.runtime.task.global_tables import GlobalTables
+    from streamkit.topology.serde_binding import bind_serdes
+
+    broker, proxy = kafka_behind_proxy
+    topic = unique_name("gt-cut")
+    expected = _changelog_of_many_fetches(broker, topic)
+    app = sk.App(unique_name("gt-app"))
+    pages = app.topic(topic, key_serde=sk.serdes.Bytes(), value_serde=sk.serdes.Bytes())
+    app.topology(lambda b: b.stream("views").join(b.global_table(pages, name="pages"), key_selector=lambda k, v: k,
+                                                   joiner=lambda v, p: p).to("out"))
+    topology = bind_serdes(app.build(), "memory://gt-cut")
+    transport = open_transport(broker.url, kafka_config=broker.streamkit_settings())
+    cut = threading.Event()
+    try:
+        async def load() -> Tuple[GlobalTables, int]:
+            reader = transport.reader(read_committed=True)
+            tables = GlobalTables(topology, backend="memory", state_dir=None, consumer=reader)
+            update = tables.update
+
+            async def update_then_cut(max_wait: float = 0.0) -> int:
+                applied = await update(max_wait)
+                if applied and not cut.is_set():
+                    cut.set()
+                    proxy.cut()
+                    threading.Timer(5.0, proxy.restore).start()
+                return applied
+
+            tables.update = update_then_cut  # type: ignore[method-assign]
+            try:
+                return tables, await tables.load(transport.admin, {topic: 1})
+            finally:
+                await reader.aclose()
+
+        with caplog.at_level("WARNING", logger="streamkit"):
+            tables, applied = asyncio.run(load())
+        store = tables.stores["pages"]
+        assert cut.is_set() and applied == 60_000
+        assert {key: store.get(key) for key in expected} == expected  # Bytes serdes: the raw rows
+        assert any("loading the global tables: nothing could be read" in r.getMessage() for r in caplog.records)
+        tables.close()
+    finally:
+        proxy.restore()
+        transport.close()

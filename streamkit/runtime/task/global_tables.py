@@ -13,7 +13,9 @@ import os
 import time
 from typing import Dict, Mapping, Optional
 
+from ...errors import StreamkitError
 from ...state.global_store import GlobalStore
+from ...state.restore import STALLED_RESTORE_TIMEOUT, reread_end
 from ...state.task_stores import open_bytes_store
 from ...topology import Topology
 from ...core.records import TopicPartition
@@ -22,7 +24,8 @@ from ...transport.base import Admin, Consumer
 log = logging.getLogger(__name__)
 
 FETCH_WAIT = 0.1  # s per fetch while loading
-EMPTY_FETCHES_BELOW_END = 20  # then loading gives up waiting for records the broker reported
+EMPTY_FETCHES_BELOW_END = 20
+"""Empty fetches below the reported ends (2 s) after which the ends are read again."""
 
 
 class GlobalTables:
@@ -64,15 +67,35 @@ class GlobalTables:
                 ends[tp] = offsets.end
         self.consumer.assign(list(positions), positions)
         applied, empty = 0, 0
-        while any(self.consumer.position(tp) < end for tp, end in ends.items()) and empty < EMPTY_FETCHES_BELOW_END:
+        stalled_since: Optional[float] = None
+        while any(self.consumer.position(tp) < end for tp, end in ends.items()):
             count = await self.update(FETCH_WAIT)
-            empty = 0 if count else empty + 1
             applied += count
-        for tp, end in ends.items():
-            if self.consumer.position(tp) < end:
-                log.warning("global table of topic %s: loading stopped at partition %d offset %d, below the end %d "
-                            "reported by the broker (aborted or open transactions?)", tp.topic, tp.partition,
-                            self.consumer.position(tp), end)
+            if count:
+                empty, stalled_since = 0, None
+                continue
+            empty += 1
+            if empty < EMPTY_FETCHES_BELOW_END:
+                continue
+            # Nothing readable below an end for 2 s (a leader moving, a broker away): read the
+            # ends again; never start the tasks on a part of a table, fail after a long wait.
+            empty = 0
+            for tp in [tp for tp, end in ends.items() if self.consumer.position(tp) < end]:
+                ends[tp] = await reread_end(admin, tp, ends[tp])
+            behind = {tp: end for tp, end in ends.items() if self.consumer.position(tp) < end}
+            if not behind:
+                break
+            now = time.monotonic()
+            stalled_since = now if stalled_since is None else stalled_since
+            where = ", ".join(f"{tp.topic}[{tp.partition}] at offset {self.consumer.position(tp)} of {end}"
+                              for tp, end in sorted(behind.items()))
+            if now - stalled_since >= STALLED_RESTORE_TIMEOUT:
+                raise StreamkitError(f"loading the global tables: nothing could be read for {now - stalled_since:.0f} "
+                                     f"s below the ends the broker reports ({where}): tasks do not start with a "
+                                     "part of a global table")
+            log.warning("loading the global tables: nothing could be read for %.0f s below the ends the broker "
+                        "reports (%s): waiting (gives up after %.0f s)", now - stalled_since, where,
+                        STALLED_RESTORE_TIMEOUT)
         log.info("loaded %d global table(s): %d record(s) in %.2f s", len(self.stores), applied,
                  time.monotonic() - started)
         return applied
