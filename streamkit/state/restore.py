@@ -46,6 +46,9 @@ durably with its checkpoint, as processing does (the flush would cost more than 
 SETTLE_EVERY = 10.0
 """Seconds between durable checkpoints during a bulk restore (a crash redoes at most this
 much of it)."""
+PAUSE_BETWEEN_CHUNKS = 0.0
+"""Seconds a restore yields to the event loop after each applied chunk (0: a bare yield, so
+/ready, heartbeats and queries still run). Tests raise it to watch a restore in progress."""
 EMPTY_FETCHES_BELOW_END = 20
 """Empty fetches below the reported end (2 s) after which the end is read again from the broker."""
 STALLED_RESTORE_TIMEOUT = 300.0
@@ -246,7 +249,7 @@ async def _replay(store: OpenStore, tp: TopicPartition, start: int, end: int, co
             if now - last_settled >= SETTLE_EVERY:
                 _settle(persistent, store, tp, task_id)
                 last_settled = now
-            await asyncio.sleep(0)  # a long restore must not starve the loop (HTTP /ready, heartbeats)
+            await asyncio.sleep(PAUSE_BETWEEN_CHUNKS)  # a long restore must not starve the loop (/ready, heartbeats)
             if show_log and now - last_log >= LOG_EVERY:
                 log.info("task %s restoring %s: %d of ~%d record(s)", task_id, store.spec.name, replayed,
                          end - start)
