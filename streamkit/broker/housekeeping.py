@@ -44,6 +44,8 @@ class Housekeeper:
         self._list_topics = list_topics
         self._open_log = open_log
         self._stats: dict[tuple[str, int, int, int], SegmentStats] = {}
+        self._active: dict[str, tuple[int, SegmentStats, int]] = {}
+        """Per active segment file: (inode, stats so far, offset after the last batch read)."""
         self._mutex = threading.Lock()  # one pass at a time in this broker
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
@@ -100,7 +102,7 @@ class Housekeeper:
             return False
         base = segments[-1]
         try:
-            stats = self._stats_of(log, base)
+            stats = self._active_stats(log, base)
         except (FileNotFoundError, CorruptLogError):
             return False  # deleted meanwhile, or an append in flight
         if not stats.size:
@@ -126,10 +128,29 @@ class Housekeeper:
             key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
             stats = self._stats.get(key)
             if stats is None:
-                stats = segment_stats(fd, base, log.describe(os.path.basename(path)))
+                stats, _end = segment_stats(fd, base, log.describe(os.path.basename(path)))
                 if len(self._stats) >= _MAX_CACHED_STATS:
                     self._stats.clear()
                 self._stats[key] = stats
+            return stats
+        finally:
+            os.close(fd)
+
+    def _active_stats(self, log: PartitionLog, base: int) -> SegmentStats:
+        """Stats of the active segment, read on from where this housekeeper's last pass over
+        the same file stopped (a growing file is never read twice over)."""
+        path = log.segment_path(base)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            st = os.fstat(fd)
+            known = self._active.get(path)
+            since = None
+            if known is not None and known[0] == st.st_ino and known[1].size <= st.st_size:
+                since = (known[1], known[2])
+            stats, end = segment_stats(fd, base, log.describe(os.path.basename(path)), since)
+            if len(self._active) >= _MAX_CACHED_STATS:
+                self._active.clear()
+            self._active[path] = (st.st_ino, stats, end)
             return stats
         finally:
             os.close(fd)

@@ -32,13 +32,16 @@ class Batch(NamedTuple):
         return self.buf[self.pos:self.pos + 4 + self.length]
 
 
-def iter_batches(fd: int, base: int, where: str) -> Iterator[Batch]:
-    """The CRC-checked batches of a sealed segment file, in order.
+def iter_batches(fd: int, base: int, where: str, *, start: tuple[int, int] = (0, -1),
+                 size: Optional[int] = None) -> Iterator[Batch]:
+    """The CRC-checked batches of a segment file, in order, from byte ``start[0]`` (the
+    batch holding offset ``start[1]``; the file's start by default) up to byte ``size``
+    (the file's size by default).
 
     `where` names the file in errors. Raises CorruptLogError on anything invalid.
     """
-    size = os.fstat(fd).st_size
-    file_pos, offset = 0, base
+    size = os.fstat(fd).st_size if size is None else size
+    file_pos, offset = start if start[1] >= 0 else (0, base)
     buf, buf_pos = b"", 0
     while file_pos < size:
         rel = file_pos - buf_pos
@@ -69,15 +72,18 @@ class SegmentStats(NamedTuple):
     min_timestamp: Optional[int] = None  # None if it holds no data record
 
 
-def segment_stats(fd: int, base: int, where: str) -> SegmentStats:
-    """Size, timestamp range and record count of a segment. ``size`` is the file's size
-    before the scan: on the active segment, a size that has not changed since means the
-    scan saw every byte (CorruptLogError if an append was caught half-written)."""
+def segment_stats(fd: int, base: int, where: str, since: Optional[tuple[SegmentStats, int]] = None
+                  ) -> tuple[SegmentStats, int]:
+    """Size, timestamp range and record count of a segment, and the offset after its last
+    batch. ``size`` is the file's size before the scan: on the active segment, a size that
+    has not changed since means the scan saw every byte (CorruptLogError if an append was
+    caught half-written). ``since``: the stats and end offset of an earlier scan of the same
+    (growing) file: only the bytes after it are read."""
     size = os.fstat(fd).st_size
-    newest: Optional[int] = None
-    oldest: Optional[int] = None
-    records = 0
-    for batch in iter_batches(fd, base, where):
+    earlier, offset = since if since is not None else (SegmentStats(0, None, 0, None), base)
+    newest, oldest, records = earlier.max_timestamp, earlier.min_timestamp, earlier.records
+    for batch in iter_batches(fd, base, where, start=(earlier.size, offset), size=size):
+        offset = batch.base + batch.span
         if batch.flags & FLAG_CONTROL or not batch.count:
             continue
         records += batch.count
@@ -85,4 +91,4 @@ def segment_stats(fd: int, base: int, where: str) -> SegmentStats:
         if span is not None:
             oldest = span[0] if oldest is None else min(oldest, span[0])
             newest = span[1] if newest is None else max(newest, span[1])
-    return SegmentStats(size, newest, records, oldest)
+    return SegmentStats(size, newest, records, oldest), offset
