@@ -10,10 +10,10 @@ RocksDB stores, the embedded broker) asked by real clients (aiohttp, curl):
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import quote
@@ -32,6 +32,7 @@ from streamkit.broker import EmbeddedBroker
 from streamkit.core.partitioner import partition_for_key
 
 from . import blocking_app
+from .workers_over_http import wait_for as shared_wait_for
 
 ODD_KEYS: List[Any] = [
     {"page": "a"}, {"page": "a", "tags": ["x", "y"]}, "a/b/c", "/leading", "with space", "ünïcødé ✓",
@@ -58,15 +59,7 @@ def fetch(url: str, *, timeout: float = 30.0) -> Tuple[int, Any, Dict[str, str]]
     return asyncio.run(go())
 
 
-def wait_for(condition, timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
+wait_for = functools.partial(shared_wait_for, timeout=60.0)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ JVM serves every case of a pytest process: requests and replies are JSON lines.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -16,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
+from tests.java_programs import compiled_java
 from tests.parity.cases import Case, Output, output_from_json
 
 logger = logging.getLogger(__name__)
@@ -47,24 +47,7 @@ def kafka_streams_libs() -> Path:
 
 def _compiled(libs: Path) -> Path:
     """The folder holding the compiled reference program, compiling it when its source changed."""
-    source = _SOURCE.read_bytes()
-    digest = hashlib.sha256(source + KAFKA_STREAMS_VERSION.encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamkit"
-    target = cache / f"parity-reference-{digest}"
-    if (target / "KafkaStreamsReference.class").exists():
-        return target
-    # compile beside the target and rename: two pytest processes may compile at once
-    staging = Path(tempfile.mkdtemp(prefix=f"parity-reference-{digest}-", dir=cache if cache.exists() else None))
-    done = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", f"{libs}/*", "-d", str(staging),
-                           str(_SOURCE)], capture_output=True, text=True)
-    if done.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise RuntimeError(f"javac {_SOURCE.name} failed:\n{done.stderr[-4000:]}")
-    try:
-        staging.rename(target)
-    except OSError:  # another process got there first
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return compiled_java(_SOURCE, libs, KAFKA_STREAMS_VERSION, "parity-reference")
 
 
 class KafkaStreamsReference:

@@ -12,12 +12,10 @@ CPU time and peak RSS, which this child process passes on unchanged.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -52,23 +50,9 @@ def libs() -> Path:
 
 def compiled(jars: Path) -> Path:
     """The folder of the compiled peer, compiling it when its source changed."""
-    digest = hashlib.sha256(_SOURCE.read_bytes() + KAFKA_STREAMS_VERSION.encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamkit"
-    target = cache / f"bench-kafka-streams-{digest}"
-    if (target / "KafkaStreamsPeer.class").exists():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"bench-kafka-streams-{digest}-", dir=cache))
-    done = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", f"{jars}/*", "-d", str(staging),
-                           str(_SOURCE)], capture_output=True, text=True)
-    if done.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise RuntimeError(f"javac failed on {_SOURCE}:\n{done.stderr}")
-    try:
-        staging.rename(target)
-    except OSError:  # compiled by another process meanwhile
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    from tests.java_programs import compiled_java  # the project's Java helper (no pytest involved)
+
+    return compiled_java(_SOURCE, jars, KAFKA_STREAMS_VERSION, "bench-kafka-streams")
 
 
 def version() -> str:
