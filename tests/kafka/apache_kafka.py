@@ -186,7 +186,7 @@ class ApacheKafkaCluster:
             node.directory.mkdir(parents=True, exist_ok=True)
             (node.directory / "server.properties").write_text(self._properties(node))
             cmd = [java_executable(), "-Xmx128m", "-cp", f"{self.libs}/*", "kafka.tools.StorageTool", "format",
-                   "-t", self.cluster_id, "-c", str(node.directory / "server.properties"), "--ignore-formatted"]
+                   f"--cluster-id={self.cluster_id}", "-c", str(node.directory / "server.properties"), "--ignore-formatted"]
             for user, password in scram_users.items():
                 cmd += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={password}]"]
             formats.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -404,6 +404,8 @@ def start_apache_kafka(nodes: int = 1, *, directory: Optional[Union[str, Path]] 
 
 
 def _random_cluster_id() -> str:
+    """A KRaft cluster id (base64 of a UUID). It may start with '-': passed as
+    ``--cluster-id=ID`` so that kafka-storage never reads it as an option."""
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
