@@ -1,10 +1,10 @@
-"""The declarative DSL: builders that append IR nodes and never execute."""
+"""The declarative DSL: builders that append IR nodes and never execute.
+
+``kinds.py`` holds the types users call (Stream, Table, the grouped, windowed and cogrouped
+kinds); ``building/`` the functions they call to validate, name and append the IR."""
 from .builder import StreamsBuilder
-from .cogrouped import CogroupedStream, WindowedCogroupedStream
-from .grouped import GroupedStream, GroupedTable
-from .stream import BranchedStream, Stream
-from .table import Table
-from .windowed_streams import SessionWindowedStream, TimeWindowedStream
+from .kinds import (BranchedStream, CogroupedStream, GroupedStream, GroupedTable, SessionWindowedStream, Stream,
+                    Table, TimeWindowedStream, WindowedCogroupedStream)
 
 __all__ = ["StreamsBuilder", "Stream", "BranchedStream", "GroupedStream", "GroupedTable", "Table",
            "TimeWindowedStream", "SessionWindowedStream", "CogroupedStream", "WindowedCogroupedStream"]

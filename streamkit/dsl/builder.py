@@ -11,9 +11,9 @@ from ..stores import StoreSpec
 from ..topics import TopicSpec
 from ..topology import nodes as ir
 from .draft import TopologyDraft, check_callable
+from .building.states import StreamState, TableState
 from .global_table import GlobalTable
-from .stream import Stream
-from .table import Table
+from .kinds import Stream, Table
 
 TimestampExtractor = Callable[[Any, Any], Union[int, float, datetime]]
 
@@ -45,7 +45,7 @@ class StreamsBuilder:
         self._draft.add_source(ir.SourceNode(node, (), topic=spec.name, key_serde=spec.key_serde,
                                              value_serde=spec.value_serde, timestamp_extractor=timestamp,
                                              external=external))
-        return Stream(self._draft, node, keyless=isinstance(spec.key_serde, Void))
+        return Stream(StreamState(self._draft, node, keyless=isinstance(spec.key_serde, Void)))
 
     def table(self, topic: Union[str, TopicSpec], name: Optional[str] = None, *,
               timestamp: Optional[TimestampExtractor] = None) -> Table:
@@ -65,7 +65,7 @@ class StreamsBuilder:
         self._draft.add_store(StoreSpec(table_name, "key_value", spec.key_serde or Json(),
                                         spec.value_serde or Json(), timestamped=True), table_name)
         self._draft.append(ir.TableSourceNode(table_name, (source,), store=table_name))
-        return Table(self._draft, table_name, key_serde=spec.key_serde, value_serde=spec.value_serde)
+        return Table(TableState.of(self._draft, table_name, key_serde=spec.key_serde, value_serde=spec.value_serde))
 
     def global_table(self, topic: Union[str, TopicSpec], name: Optional[str] = None) -> GlobalTable:
         """``topic`` read as a global table: every partition, on every worker, loaded before

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 import streamkit as sk
-from streamkit.dsl.cogrouped import CogroupedValue, CogroupedValueSerde
+from streamkit.dsl.building.cogroup import CogroupedValue, CogroupedValueSerde
 from streamkit.errors import TopologyError
 from streamkit.serdes import Int, Json, String
 
