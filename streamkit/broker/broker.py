@@ -392,7 +392,8 @@ class EmbeddedBroker:
         self._check_open()
         with self._mutex:
             state = self._topics.get(topic)
-            if state is None or refresh:
+            # A partition past the cached count is looked up again: partitions may have been added.
+            if state is None or refresh or not _has_partition(state.metadata, partition):
                 meta = self._read_meta(validate_topic_name(topic))
                 if meta is None:
                     self._forget_topic(topic)
@@ -401,6 +402,9 @@ class EmbeddedBroker:
                     self._forget_topic(topic)
                     segment_bytes = TopicConfig.parse(meta[0].config, topic).segment_bytes
                     state = _Topic(meta[0], meta[1], {}, segment_bytes or self._segment_bytes)
+                    self._topics[topic] = state
+                elif meta[0].partitions > state.metadata.partitions:
+                    state = state._replace(metadata=meta[0])
                     self._topics[topic] = state
             _check_partition(state.metadata, partition)
             log = state.logs.get(partition)
@@ -426,9 +430,12 @@ class EmbeddedBroker:
             log.close()
 
 
+def _has_partition(metadata: TopicMetadata, partition: object) -> bool:
+    return isinstance(partition, int) and not isinstance(partition, bool) and 0 <= partition < metadata.partitions
+
+
 def _check_partition(metadata: TopicMetadata, partition: object) -> None:
-    if (not isinstance(partition, int) or isinstance(partition, bool)
-            or not 0 <= partition < metadata.partitions):
+    if not _has_partition(metadata, partition):
         raise UnknownPartitionError(
             f"topic '{metadata.name}' has {metadata.partitions} partition(s) "
             f"(0 to {metadata.partitions - 1}); partition {partition!r} does not exist")

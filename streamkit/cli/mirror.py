@@ -10,7 +10,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import click
 
 from ..mirror.copier import Mirror, MirrorOptions, read_progress
-from ..mirror.groups import GroupTranslation, translate_groups
+from ..mirror.groups import GroupTranslation, GroupTranslator
 from ..mirror.selection import TopicSelection, select_topics
 from ..transport.base import Transport
 from ..transport.factory import open_transport
@@ -52,13 +52,18 @@ def _opened(url: str, config_file: Optional[str]) -> Iterator[Transport]:
 @click.option("--until-caught-up", "mode", flag_value="once",
               help="Copy until every partition reached the end offset it had at the start, then exit 0.")
 @click.option("--continuous", "mode", flag_value="continuous",
-              help="Keep copying new records until interrupted (SIGINT/SIGTERM).")
+              help="Keep copying new records until interrupted (SIGINT/SIGTERM); new topics that match and "
+                   "partitions added on the source are picked up every --rescan-interval.")
 @click.option("--translate-groups", "groups", default="", metavar="GROUP[,GROUP...]",
               help="Translate these consumer groups' committed offsets onto the target (after the copy with "
-                   "--until-caught-up; every --translate-interval with --continuous). Refused for a group "
-                   "with live members on the target.")
+                   "--until-caught-up; every --translate-interval with --continuous, following their commits). "
+                   "Never past what was mirrored, never backwards, never for a group with live members on "
+                   "the target.")
 @click.option("--translate-interval", type=click.FloatRange(min=1), default=30.0, show_default=True,
               metavar="SECONDS", help="With --continuous: time between two translations of the groups.")
+@click.option("--rescan-interval", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              metavar="SECONDS", help="With --continuous: time between two looks for new source topics and "
+                                      "partitions (added on the target too, unless --repartition).")
 @click.option("--metrics", "metrics_address", default=None, metavar="HOST:PORT",
               help="Serve the lag and progress per partition as Prometheus /metrics on HOST:PORT.")
 @click.option("--status", is_flag=True,
@@ -67,7 +72,7 @@ def _opened(url: str, config_file: Optional[str]) -> Iterator[Transport]:
 def mirror(ctx: click.Context, source_url: str, target_url: str, source_config: Optional[str],
            target_config: Optional[str], name: str, include: Tuple[str, ...], exclude: Tuple[str, ...],
            include_internal: bool, repartition: bool, mode: Optional[str], groups: str,
-           translate_interval: float, metrics_address: Optional[str], status: bool) -> None:
+           translate_interval: float, rescan_interval: float, metrics_address: Optional[str], status: bool) -> None:
     """Copy topics from the --from broker to the --to broker, exactly once.
 
     Records keep their key, value, timestamp, headers and partition; target topics are
@@ -75,12 +80,15 @@ def mirror(ctx: click.Context, source_url: str, target_url: str, source_config: 
     committed on the target in the transaction that writes the records, so a mirror
     stopped (or killed) anywhere resumes without loss or duplicate. Consumer groups'
     committed offsets are translated to the target's offsets with --translate-groups.
+    Partitions added to a source topic are added to the target topic (not with
+    --repartition: the target keeps its count) and copied from their start.
     """
     selection = TopicSelection(include, exclude, include_internal)
     group_list = [g.strip() for g in groups.split(",") if g.strip()]
     if not status and mode is None:
         raise click.UsageError("say how long to mirror: --until-caught-up or --continuous (or --status)")
-    options = MirrorOptions(name=name, selection=selection, repartition=repartition)
+    options = MirrorOptions(name=name, selection=selection, repartition=repartition,
+                            rescan_interval=rescan_interval)
     with _opened(source_url, source_config) as source, _opened(target_url, target_config) as target:
         if status:
             _print_status(source, target, name, selection)
@@ -109,24 +117,28 @@ async def _run(copier: Mirror, source: Transport, target: Transport, once: bool,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    results: List[GroupTranslation] = []
+    translator = GroupTranslator(source, target, copier.options.name, copier.progress)
 
-    async def translate() -> None:
+    async def translate() -> List[GroupTranslation]:
         mirrored = {name: not copier.options.repartition for name in copier.topics}
-        results[:] = await translate_groups(source, target, copier.options.name, groups, mirrored)
+        return await translator.translate(groups, mirrored)
 
-    if once:
-        await copier.run(until_caught_up=True, stop=stop)
-        if groups and not stop.is_set():
-            await translate()
-        return results
-    copying = asyncio.ensure_future(copier.run(until_caught_up=False, stop=stop))
-    while groups and not copying.done():
-        done, _ = await asyncio.wait([copying], timeout=interval)
-        if not done and copier.topics:
-            await translate()
-    await copying
-    return results
+    try:
+        if once:
+            await copier.run(until_caught_up=True, stop=stop)
+            return await translate() if groups and not stop.is_set() else []
+        copying = asyncio.ensure_future(copier.run(until_caught_up=False, stop=stop))
+        while groups and not copying.done():
+            done, _ = await asyncio.wait([copying], timeout=interval)
+            if not done and copier.topics:
+                try:
+                    await translate()
+                except Exception:  # a long-running mirror goes on copying; the next round retries
+                    log.exception("translating groups %s failed; retried in %g s", ", ".join(groups), interval)
+        await copying
+        return []
+    finally:
+        await translator.aclose()
 
 
 def _print_status(source: Transport, target: Transport, name: str, selection: TopicSelection) -> None:

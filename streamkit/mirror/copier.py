@@ -17,6 +17,14 @@ committed (streamkit's consumers and workers do) not to see an aborted copy.
 
 The mirror must be the only writer of the target topics: the offset map assumes a
 transaction's records of a partition are contiguous.
+
+Running continuously, the mirror looks at the source's topics every ``rescan_interval``:
+a new topic that matches is created on the target and copied from its start; a topic
+whose partition count grew gets the same partitions on the target (Kafka's
+CreatePartitions, or the embedded equivalent) and its new partitions are copied from
+their start, each into the same-numbered one. With ``repartition`` the target keeps
+its own count: the new source partitions are read too, and their records placed by key
+among the target's partitions as every other record.
 """
 from __future__ import annotations
 
@@ -31,8 +39,8 @@ from ..transport.base import Consumer, FetchedBatch, Producer, Transport
 from ..core.partitioner import partition_for_key
 from .checkpoints import check_fits, checkpoint, read_positions
 from .offset_syncs import encode_sync, runs_of
-from .selection import (MirroredTopic, TopicSelection, mirror_group, offset_syncs_topic, prepare_target_topics,
-                        select_topics, transactional_id)
+from .selection import (MirroredTopic, TopicSelection, grow_target_topic, mirror_group, offset_syncs_topic,
+                        prepare_target_topics, select_topics, transactional_id)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +63,7 @@ class MirrorOptions:
     fetch_wait: float = 0.5
     """Seconds a fetch waits for records when there are none."""
     rescan_interval: float = 30.0
-    """Seconds between two looks for new source topics (continuous mode)."""
+    """Seconds between two looks for new source topics and partitions (continuous mode)."""
     lag_interval: float = 5.0
     """Seconds between two readings of the source's end offsets (lag) and lag log lines."""
 
@@ -65,13 +73,19 @@ class MirrorProgress:
     """Where the mirror stands, per source partition (read by ``/metrics`` and ``--status``)."""
 
     positions: Dict[TopicPartition, int] = field(default_factory=dict)
-    """The next source offset to copy, as committed on the target."""
+    """The next source offset to copy: as committed on the target, or the partition's start
+    on the source until a first commit (a partition mirrored from its start)."""
     ends: Dict[TopicPartition, int] = field(default_factory=dict)
     """The source's end offsets, last read."""
     copied: Dict[TopicPartition, int] = field(default_factory=dict)
     """Records copied by this process."""
     lost: Dict[TopicPartition, int] = field(default_factory=dict)
     """Records deleted on the source (retention) before the mirror could copy them."""
+    partitions: Dict[str, Tuple[int, int]] = field(default_factory=dict)
+    """Per mirrored topic, its partition count on the source and on the target."""
+    translations: Dict[Tuple[str, str], int] = field(default_factory=dict)
+    """Per (consumer group, outcome), how many times its offsets were translated: outcome
+    ``moved`` (offsets committed on the target), ``unchanged`` or ``refused`` (live there)."""
 
     def lag(self) -> Dict[TopicPartition, int]:
         """Offsets between the position and the end (transaction markers included)."""
@@ -88,6 +102,7 @@ class Mirror:
         self.topics: Dict[str, MirroredTopic] = {}
         self.skipped: Dict[str, str] = {}
         self.progress = MirrorProgress()
+        self._committed: Dict[TopicPartition, int] = {}
         self._group = mirror_group(options.name)
         self._consumer: Optional[Consumer] = None
         self._producer: Optional[Producer] = None
@@ -97,25 +112,42 @@ class Mirror:
         return self.target.url.startswith("embedded://")
 
     # -- topics -----------------------------------------------------------------------
-    def prepare(self) -> List[MirroredTopic]:
-        """Find the source topics to mirror that are not mirrored yet and create them on the
-        target (and the offset-syncs topic); return the new ones."""
+    def prepare(self) -> Tuple[List[TopicPartition], bool]:
+        """Find the source topics to mirror that are not mirrored yet, and the new partitions
+        of those that are; create them on the target (and the offset-syncs topic). Return the
+        source partitions to start copying, and whether target topics gained partitions
+        (producers may need to learn of them). Runs in a thread while group translations
+        read :attr:`topics`: that is replaced whole, never changed in place."""
         sources, skipped = select_topics(self.source.admin, self.options.selection)
         for name, reason in sorted(skipped.items()):
             if name not in self.skipped:
                 log.info("not mirroring topic '%s': %s", name, reason)
         self.skipped = skipped
         new = [meta for meta in sources if meta.name not in self.topics]
-        for meta in new:
+        grown = [meta for meta in sources if meta.name in self.topics
+                 and meta.partitions > self.topics[meta.name].source_partitions]
+        for meta in new + grown:
             check_fits(meta.name, meta.partitions)
         if new and not self.options.repartition:
             self.target.admin.create_topic(offset_syncs_topic(self.options.name), 1, OFFSET_SYNCS_CONFIG,
                                            exist_ok=True)
-        prepared = prepare_target_topics(new, self.target.admin, embedded_target=self.embedded_target,
-                                         repartition=self.options.repartition)
-        for topic in prepared:
-            self.topics[topic.name] = topic
-        return prepared
+        start: List[TopicPartition] = []
+        target_grew = False
+        topics = dict(self.topics)
+        for topic in prepare_target_topics(new, self.target, embedded_target=self.embedded_target,
+                                           repartition=self.options.repartition):
+            topics[topic.name] = topic
+            target_grew |= topic.target_grew
+            start += [TopicPartition(topic.name, p) for p in range(topic.source_partitions)]
+        for meta in grown:
+            before = topics[meta.name]
+            after = grow_target_topic(before, meta.partitions, self.target, repartition=self.options.repartition)
+            topics[meta.name] = after
+            target_grew |= after.target_grew
+            start += [TopicPartition(meta.name, p) for p in range(before.source_partitions, meta.partitions)]
+        self.topics = topics
+        self.progress.partitions = {t.name: (t.source_partitions, t.target_partitions) for t in topics.values()}
+        return start, target_grew
 
     def source_ends(self) -> Dict[TopicPartition, int]:
         """The end offset of every mirrored source partition."""
@@ -127,7 +159,7 @@ class Mirror:
         """Copy until ``stop`` is set or, with ``until_caught_up``, until every partition
         reached the end offset it had when the mirror started."""
         stop = stop or asyncio.Event()
-        self.prepare()
+        partitions, _target_grew = self.prepare()
         if not self.topics:
             log.warning("no source topic to mirror on %s (skipped: %s)", self.source.url,
                         ", ".join(sorted(self.skipped)) or "none")
@@ -137,7 +169,7 @@ class Mirror:
             # Beginning first takes the transactional id over: whatever a killed mirror left
             # open is aborted (or, past its commit point, completed) before its position is read.
             await self._producer.begin_transaction()
-            await self._assign(list(self.topics.values()))
+            await self._assign(partitions)
             goal = self.source_ends() if until_caught_up else {}
             self.progress.ends = dict(goal) or self.source_ends()
             next_rescan = next_lag = time.monotonic()
@@ -148,7 +180,7 @@ class Mirror:
                 now = time.monotonic()
                 if not until_caught_up and now >= next_rescan:
                     next_rescan = now + self.options.rescan_interval
-                    await self._assign(self.prepare())
+                    await self._rescan()
                 if now >= next_lag:
                     next_lag = now + self.options.lag_interval
                     self.progress.ends = await asyncio.to_thread(self.source_ends)
@@ -158,24 +190,46 @@ class Mirror:
         finally:
             await self._close()
 
-    async def _assign(self, topics: Sequence[MirroredTopic]) -> None:
-        if not topics:
+    async def _rescan(self) -> None:
+        """Start copying the source's new topics and partitions (see the module docstring)."""
+        partitions, target_grew = await asyncio.to_thread(self.prepare)
+        if target_grew:
+            await self._renew_producer()
+        await self._assign(partitions)
+        if partitions:
+            self.progress.ends = await asyncio.to_thread(self.source_ends)
+
+    async def _renew_producer(self) -> None:
+        """A new producer (same transactional id), between two transactions: a client may
+        keep the target's partition counts from before partitions were added."""
+        assert self._producer is not None
+        await self._producer.abort_transaction()  # begun, nothing sent yet
+        await self._producer.aclose()
+        self._producer = self.target.producer(transactional_id=transactional_id(self.options.name))
+        await self._producer.begin_transaction()
+
+    async def _assign(self, partitions: Sequence[TopicPartition]) -> None:
+        if not partitions:
             return
         assert self._consumer is not None
+        topics = sorted({tp.topic for tp in partitions})
         reader = self.target.consumer(self._group)
         try:
-            committed = await read_positions(reader, [t.name for t in topics])
+            committed = await read_positions(reader, topics)
         finally:
             await reader.aclose()
-        partitions = [TopicPartition(t.name, p) for t in topics for p in range(t.source_partitions)]
         self._consumer.assign(partitions, committed)
         for tp in partitions:
             if tp in committed:
-                self.progress.positions[tp] = committed[tp]
+                self.progress.positions[tp] = self._committed[tp] = committed[tp]
+            else:
+                self.progress.positions[tp] = self.source.admin.partition_offsets(tp.topic, tp.partition).start
         resumed = sum(1 for tp in partitions if tp in committed)
         log.info("mirroring %d topic(s), %d partition(s) from %s to %s (%d resumed from the position "
-                 "committed on the target, the others from their start)", len(topics), len(partitions),
-                 self.source.url, self.target.url, resumed)
+                 "committed on the target, the others from their start)%s", len(topics), len(partitions),
+                 self.source.url, self.target.url, resumed,
+                 "".join(f"; {t}: {self.topics[t].source_partitions} partition(s) on the source, "
+                         f"{self.topics[t].target_partitions} on the target" for t in topics))
 
     def _caught_up(self, goal: Mapping[TopicPartition, int]) -> bool:
         return all(end == 0 or self.progress.positions.get(tp, -1) >= end for tp, end in goal.items())
@@ -192,12 +246,13 @@ class Mirror:
         if batches:
             await self._copy(batches)
         positions = {tp: consumer.position(tp) for tp in self._assigned()}
-        moved = {tp for tp, offset in positions.items() if self.progress.positions.get(tp) != offset}
+        moved = {tp for tp, offset in positions.items() if self._committed.get(tp) != offset}
         if not moved and not batches:
             return
         touched = {tp.topic for tp in moved} | {b.topic for b in batches}
         offsets, metadata = checkpoint({tp: o for tp, o in positions.items() if tp.topic in touched})
         await producer.commit_transaction(self._group, offsets, metadata)
+        self._committed.update(positions)
         self.progress.positions.update(positions)
         for batch in batches:
             tp = TopicPartition(batch.topic, batch.partition)

@@ -7,29 +7,40 @@ exactly the records it had not read on the source. The commit metadata goes alon
 streamkit's own (``sk1 ...``: the task's stream time and, on repartition topics, the
 per-writer cursor of record offsets) gets its offsets translated too.
 
-A partition is left out, and the reason reported, when:
+A translation may run once (after ``--until-caught-up``) or again and again while the
+mirror copies (``--continuous``, as MirrorMaker 2's checkpoints): each run translates
+the group's latest source commit, so the target group follows it. The rules that make
+repeated runs safe:
 
-- its topic is not mirrored, or mirrored with ``--repartition`` (no offset maps to one);
-- the mirror has not copied the source up to ``c`` yet (run it until caught up first);
-- the target group already committed an offset at or past the translation (it has
-  moved on there: going back would read records twice).
+- **Never past what was mirrored.** A source offset beyond the mirror's committed
+  position ``p`` (the group read records the mirror has not copied yet) is translated
+  as ``p``: the position after the last record copied, so no record is skipped on the
+  target; the records from ``p`` on are read there again unless a later run (once the
+  mirror copied them) moves the group on. Cursor entries of a streamkit note at or past
+  ``p`` are dropped for the same reason.
+- **Never backwards.** A partition where the target group already committed at or past
+  the translation is left where it is (it has moved on there, or the source group went
+  back): going back would read records twice.
+- **Never under a live group.** A group with live members on the target is left alone
+  as a whole (Kafka refuses such a commit too): its consumers there own its offsets.
 
-A group with live members on the target is refused as a whole (Kafka refuses such a
-commit too): stop its consumers there first. Stop them on the source before the last
-mirror run as well, or the translation is of a position they have left since.
+A partition is also left out, and the reason reported, when its topic is not mirrored
+or mirrored with ``--repartition`` (no offset maps to one), or when the mirror has not
+committed a position for it yet (a partition just added on the source).
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.records import TopicPartition
 from ..errors import StreamkitError
 from ..runtime.ordering.writer_merge import CommitNote
-from ..transport.base import Transport
+from ..transport.base import Consumer, Transport
 from .checkpoints import read_positions
-from .offset_syncs import PartitionOffsetMap, offset_map
+from .copier import MirrorProgress
+from .offset_syncs import PartitionOffsetMap, decode_sync
 from .selection import mirror_group, offset_syncs_topic
 
 log = logging.getLogger(__name__)
@@ -46,40 +57,128 @@ class GroupTranslation:
     """Per target partition, the offset committed."""
     skipped: Dict[TopicPartition, str] = field(default_factory=dict)
     """Per source partition left out, why."""
+    held_back: Dict[TopicPartition, Tuple[int, int]] = field(default_factory=dict)
+    """Per partition translated short of the group's source offset: (that offset, the
+    mirror's position it was translated as)."""
     refused: Optional[str] = None
     """Why the whole group was left alone."""
+    live_on_source: int = 0
+    """The group's live members on the source (its offsets there may move on)."""
 
 
-async def read_offset_map(target: Transport, name: str) -> Dict[TopicPartition, PartitionOffsetMap]:
-    """Every offset sync mirror ``name`` recorded on ``target``, as a map per partition."""
-    topic = offset_syncs_topic(name)
-    if target.admin.topic(topic) is None:
-        return {}
-    end = target.admin.partition_offsets(topic, 0).end
-    partition = TopicPartition(topic, 0)
-    consumer = target.consumer(mirror_group(name), read_committed=True)
-    values = []
-    try:
-        consumer.assign([partition], {})
-        while True:
+class OffsetSyncReader:
+    """Reads mirror ``name``'s offset syncs on ``target``; each :meth:`read` adds those
+    written since the last one to the map it keeps (a long-running mirror reads each once)."""
+
+    def __init__(self, target: Transport, name: str) -> None:
+        self._target = target
+        self._name = name
+        self._partition = TopicPartition(offset_syncs_topic(name), 0)
+        self._consumer: Optional[Consumer] = None
+        self.maps: Dict[TopicPartition, PartitionOffsetMap] = {}
+
+    async def read(self) -> Dict[TopicPartition, PartitionOffsetMap]:
+        """The map per partition, up to the syncs committed when called."""
+        topic = self._partition.topic
+        if self._consumer is None:
+            if self._target.admin.topic(topic) is None:
+                return self.maps
+            self._consumer = self._target.consumer(mirror_group(self._name), read_committed=True)
+            self._consumer.assign([self._partition], {})
+        consumer = self._consumer
+        end = self._target.admin.partition_offsets(topic, 0).end
+        while consumer.position(self._partition) < end:
             batches = await consumer.fetch(SYNCS_FETCH_WAIT)
-            values.extend(value for batch in batches for _o, _t, _k, value, _h in batch.records)
-            if consumer.position(partition) >= end or (not batches and _only_markers_left(target, partition,
-                                                                                          consumer, end)):
+            for batch in batches:
+                for _offset, _timestamp, _key, value, _headers in batch.records:
+                    partition, runs = decode_sync(value)
+                    self.maps.setdefault(partition, PartitionOffsetMap()).add(runs)
+            # A read_committed consumer may stop before a trailing transaction marker.
+            if not batches and consumer.position(self._partition) >= end - 1:
                 break
-    finally:
-        await consumer.aclose()
-    return offset_map(values)
+        return self.maps
+
+    async def aclose(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.aclose()
+            self._consumer = None
 
 
-def _only_markers_left(target: Transport, partition: TopicPartition, consumer, end: int) -> bool:
-    """Whether nothing but the mirror's last transaction marker lies between the position and
-    ``end`` (a read_committed consumer may stop before a trailing marker)."""
-    return consumer.position(partition) >= end - 1
+class GroupTranslator:
+    """Translates consumer groups' committed offsets with mirror ``name``'s offset syncs
+    and committed position, as often as asked (see the module docstring). Reports each
+    partition's outcome when it changes, so a translation repeated every few seconds
+    does not repeat its warnings."""
+
+    def __init__(self, source: Transport, target: Transport, name: str,
+                 progress: Optional[MirrorProgress] = None) -> None:
+        self.source = source
+        self.target = target
+        self.name = name
+        self.progress = progress or MirrorProgress()
+        """Where each translation's outcome is counted (``/metrics``)."""
+        self._syncs = OffsetSyncReader(target, name)
+        self._reported: Dict[Tuple[str, str], str] = {}
+        """The last message said per (group, subject), not said again while unchanged."""
+
+    async def translate(self, groups: Sequence[str], mirrored: Mapping[str, bool]) -> List[GroupTranslation]:
+        """Translate each of ``groups``; ``mirrored``: the mirrored topics, True for those
+        copied 1:1. One :class:`GroupTranslation` per group."""
+        reader = self.target.consumer(mirror_group(self.name))
+        try:
+            positions = await read_positions(reader, list(mirrored))
+        finally:
+            await reader.aclose()
+        maps = await self._syncs.read()  # read after: it covers every position read
+        results = []
+        for group in groups:
+            try:
+                result = await translate_group(self.source, self.target, group, mirrored, maps, positions)
+            except StreamkitError as exc:
+                result = GroupTranslation(group, refused=str(exc))
+            results.append(result)
+            self._report(result)
+            outcome = "refused" if result.refused else "moved" if result.offsets else "unchanged"
+            counts = self.progress.translations
+            counts[(group, outcome)] = counts.get((group, outcome), 0) + 1
+        return results
+
+    async def aclose(self) -> None:
+        await self._syncs.aclose()
+
+    def _report(self, result: GroupTranslation) -> None:
+        group = result.group
+        if result.refused:
+            self._say(group, "group", logging.WARNING, f"group '{group}' not translated: {result.refused}")
+            return
+        self._reported.pop((group, "group"), None)
+        if result.live_on_source:
+            self._say(group, "source members", logging.WARNING,
+                      f"group '{group}' still has {result.live_on_source} live member(s) on {self.source.url}: the "
+                      "offsets translated are those it committed so far")
+        for tp in result.offsets:
+            if tp not in result.held_back:
+                self._reported.pop((group, f"{tp.topic}[{tp.partition}]"), None)
+        if result.offsets:
+            log.info("group '%s': %d committed offset(s) translated onto %s%s", group, len(result.offsets),
+                     self.target.url,
+                     "".join(f"; {tp.topic}[{tp.partition}] -> {o}" for tp, o in sorted(result.offsets.items())))
+        for tp, (offset, position) in sorted(result.held_back.items()):
+            self._say(group, f"{tp.topic}[{tp.partition}]", logging.INFO,
+                      f"group '{group}': {tp.topic}[{tp.partition}] is at {offset} on the source, past the mirror's "
+                      f"position {position}: translated as {position} (those records are read again on the target "
+                      "unless a later translation moves it on)")
+        for tp, why in sorted(result.skipped.items()):
+            self._say(group, f"{tp.topic}[{tp.partition}]", logging.WARNING, f"group '{group}': {tp.topic}[{tp.partition}] left out: {why}")
+
+    def _say(self, group: str, subject: str, level: int, message: str) -> None:
+        if self._reported.get((group, subject)) != message:
+            self._reported[(group, subject)] = message
+            log.log(level, "%s", message)
 
 
-async def translate_group(source: Transport, target: Transport, name: str, group: str,
-                          mirrored: Mapping[str, bool], maps: Mapping[TopicPartition, PartitionOffsetMap],
+async def translate_group(source: Transport, target: Transport, group: str, mirrored: Mapping[str, bool],
+                          maps: Mapping[TopicPartition, PartitionOffsetMap],
                           positions: Mapping[TopicPartition, int]) -> GroupTranslation:
     """Translate ``group``'s committed offsets (see the module docstring). ``mirrored``: the
     mirrored topics, True for those copied 1:1; ``positions``: the mirror's source positions."""
@@ -89,10 +188,7 @@ async def translate_group(source: Transport, target: Transport, name: str, group
         result.refused = (f"group '{group}' has {len(members)} live member(s) on {target.url}: stop its "
                           "consumers there before translating its offsets")
         return result
-    source_members = source.admin.group_members(group)
-    if source_members:
-        log.warning("group '%s' still has %d live member(s) on %s: the offsets translated are those it "
-                    "committed so far", group, len(source_members), source.url)
+    result.live_on_source = len(source.admin.group_members(group) or ())
     committed = {tp: offset for tp, offset in source.admin.committed_offsets(group).items()
                  if tp.topic in mirrored}
     metadata = await _committed_metadata(source, group, list(committed))
@@ -102,13 +198,15 @@ async def translate_group(source: Transport, target: Transport, name: str, group
         if not mirrored[tp.topic]:
             result.skipped[tp] = "its topic is mirrored with --repartition: no offset on the target matches"
             continue
-        reached = positions.get(tp, 0)
-        note = CommitNote.decode(metadata.get(tp), offset)
-        furthest = max([offset, *(o + 1 for o in note.cursor.values())])
-        if furthest > reached:
-            result.skipped[tp] = (f"the mirror copied it up to offset {reached} only, the group is at {furthest}: "
-                                  "run the mirror until it is caught up")
+        if tp not in positions:
+            result.skipped[tp] = "the mirror has not copied this partition yet (added on the source lately?)"
             continue
+        reached = positions[tp]
+        note = CommitNote.decode(metadata.get(tp), offset)
+        if offset > reached:
+            result.held_back[tp] = (offset, reached)
+            offset = reached
+            note = CommitNote(note.stream_time, {r: o for r, o in note.cursor.items() if o < reached})
         partition_map = maps.get(tp, PartitionOffsetMap())
         translated = partition_map.position(offset)
         if tp in existing and existing[tp] >= translated:
@@ -155,31 +253,10 @@ async def _committed_metadata(source: Transport, group: str, partitions: Sequenc
 
 
 async def translate_groups(source: Transport, target: Transport, name: str, groups: Sequence[str],
-                           mirrored: Mapping[str, bool]) -> list:
-    """Translate each of ``groups`` (see :func:`translate_group`) with mirror ``name``'s
-    offset syncs and its committed position; a list of :class:`GroupTranslation`."""
-    reader = target.consumer(mirror_group(name))
+                           mirrored: Mapping[str, bool]) -> List[GroupTranslation]:
+    """Translate ``groups`` once (see :class:`GroupTranslator`)."""
+    translator = GroupTranslator(source, target, name)
     try:
-        positions = await read_positions(reader, list(mirrored))
+        return await translator.translate(groups, mirrored)
     finally:
-        await reader.aclose()
-    maps = await read_offset_map(target, name)  # read after: it covers every position read
-    results = []
-    for group in groups:
-        try:
-            result = await translate_group(source, target, name, group, mirrored, maps, positions)
-        except StreamkitError as exc:
-            result = GroupTranslation(group, refused=str(exc))
-        results.append(result)
-        _report(result, target)
-    return results
-
-
-def _report(result: GroupTranslation, target: Transport) -> None:
-    if result.refused:
-        log.error("group '%s' not translated: %s", result.group, result.refused)
-        return
-    log.info("group '%s': %d committed offset(s) translated onto %s%s", result.group, len(result.offsets),
-             target.url, "".join(f"; {tp.topic}[{tp.partition}] -> {o}" for tp, o in sorted(result.offsets.items())))
-    for tp, why in sorted(result.skipped.items()):
-        log.warning("group '%s': %s[%d] left out: %s", result.group, tp.topic, tp.partition, why)
+        await translator.aclose()

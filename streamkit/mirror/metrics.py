@@ -39,7 +39,19 @@ class MirrorCollector(Collector):
             copied.add_metric([self._name, tp.topic, str(tp.partition)], count)
         for tp, count in sorted(progress.lost.items()):
             lost.add_metric([self._name, tp.topic, str(tp.partition)], count)
-        yield from (lag, position, copied, lost)
+        partitions = GaugeMetricFamily("streamkit_mirror_topic_partitions",
+                                       "Partitions of a mirrored topic, on the source and on the target.",
+                                       labels=["mirror", "topic", "side"])
+        for topic, (on_source, on_target) in sorted(progress.partitions.items()):
+            partitions.add_metric([self._name, topic, "source"], on_source)
+            partitions.add_metric([self._name, topic, "target"], on_target)
+        translations = CounterMetricFamily("streamkit_mirror_group_translations",
+                                           "Translations of a consumer group's offsets, by outcome: moved "
+                                           "(committed on the target), unchanged, refused (live on the target).",
+                                           labels=["mirror", "group", "outcome"])
+        for (group, outcome), count in sorted(progress.translations.items()):
+            translations.add_metric([self._name, group, outcome], count)
+        yield from (lag, position, copied, lost, partitions, translations)
 
 
 def serve_metrics(name: str, progress: MirrorProgress, address: str) -> Tuple[object, str]:

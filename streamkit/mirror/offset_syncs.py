@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ..core.records import TopicPartition
 
@@ -85,12 +85,3 @@ def encode_sync(partition: TopicPartition, runs: Sequence[OffsetRun]) -> Tuple[b
 def decode_sync(value: bytes) -> Tuple[TopicPartition, List[OffsetRun]]:
     data = json.loads(value)
     return TopicPartition(data["topic"], int(data["partition"])), [OffsetRun(*map(int, r)) for r in data["runs"]]
-
-
-def offset_map(values: Sequence[bytes]) -> Dict[TopicPartition, PartitionOffsetMap]:
-    """The map per partition from the sync records' values, in the order written."""
-    maps: Dict[TopicPartition, PartitionOffsetMap] = {}
-    for value in values:
-        partition, runs = decode_sync(value)
-        maps.setdefault(partition, PartitionOffsetMap()).add(runs)
-    return maps

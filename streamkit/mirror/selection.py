@@ -11,7 +11,9 @@ the skip is reported:
   embedded after embedded → Kafka) does not copy the first mirror's bookkeeping.
 
 Target topics get the source's partition count and configs; an existing target topic
-is used as it is, after checking its partition count.
+is used as it is, after checking its partition count: copied 1:1, one with fewer
+partitions than the source (the source grew) gets the missing ones added, one with more
+is refused. With ``repartition`` the target keeps its own count.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
-from ..transport.base import Admin, TopicMetadata
+from ..transport.base import Admin, TopicMetadata, Transport
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,9 @@ class MirroredTopic:
     target_partitions: int
     config: Mapping[str, str] = field(default_factory=dict)
     """The configs the target topic was created with (empty for a topic that existed)."""
+    target_grew: bool = False
+    """Whether the target topic just got more partitions than the mirror knew of (added
+    by the mirror, or found added)."""
 
 
 def select_topics(admin: Admin, selection: TopicSelection) -> Tuple[List[TopicMetadata], Dict[str, str]]:
@@ -122,26 +127,60 @@ def target_config(source_config: Mapping[str, str], *, embedded_target: bool) ->
     return config, sorted(dropped)
 
 
-def prepare_target_topics(sources: Sequence[TopicMetadata], target: Admin, *, embedded_target: bool,
+def add_partitions(target: Transport, topic: str, partitions: int) -> TopicMetadata:
+    """Grow ``topic`` on ``target`` to ``partitions`` partitions (nothing when it has as many)."""
+    from ..transport.embedded.transport import EmbeddedTransport
+
+    if isinstance(target, EmbeddedTransport):
+        from ..transport.embedded.admin import add_partitions as add_embedded
+
+        return add_embedded(target.broker, topic, partitions)
+    return target.admin.add_partitions(topic, partitions)  # type: ignore[attr-defined]
+
+
+def grow_target_topic(topic: MirroredTopic, source_partitions: int, target: Transport, *,
+                      repartition: bool) -> MirroredTopic:
+    """``topic`` after its source grew to ``source_partitions`` partitions: copied 1:1, the
+    target gets as many (CreatePartitions); with ``repartition`` it keeps its own count."""
+    if repartition:
+        log.info("topic '%s' grew from %d to %d partition(s) on the source: the new ones are copied by key "
+                 "into the target's %d", topic.name, topic.source_partitions, source_partitions,
+                 topic.target_partitions)
+        return MirroredTopic(topic.name, source_partitions, topic.target_partitions, topic.config)
+    before = target.admin.topic(topic.name)
+    missing = before is None or before.partitions < source_partitions
+    if missing:
+        add_partitions(target, topic.name, source_partitions)
+    log.info("topic '%s' grew from %d to %d partition(s) on the source: %s on the target", topic.name,
+             topic.source_partitions, source_partitions, "added" if missing else "there already")
+    return MirroredTopic(topic.name, source_partitions, source_partitions, topic.config, target_grew=True)
+
+
+def prepare_target_topics(sources: Sequence[TopicMetadata], target: Transport, *, embedded_target: bool,
                           repartition: bool) -> List[MirroredTopic]:
     """Create each source topic on the target (same partition count and configs) unless it
-    exists; check the partition count of those that exist (equal, unless ``repartition``)."""
+    exists; check the partition count of those that exist (equal, unless ``repartition``;
+    fewer are added, as the source grew while the mirror was stopped)."""
     out = []
     for source in sources:
-        existing = target.topic(source.name)
+        existing = target.admin.topic(source.name)
         if existing is not None:
-            if not repartition and existing.partitions != source.partitions:
+            if not repartition and existing.partitions > source.partitions:
                 raise ConfigError(
                     f"topic '{source.name}' has {source.partitions} partition(s) on the source but "
                     f"{existing.partitions} on the target: records keep their partition only between equal "
                     f"counts; delete the target topic, or mirror with --repartition (by key)")
+            if not repartition and existing.partitions < source.partitions:
+                out.append(grow_target_topic(MirroredTopic(source.name, existing.partitions, existing.partitions),
+                                             source.partitions, target, repartition=False))
+                continue
             out.append(MirroredTopic(source.name, source.partitions, existing.partitions))
             continue
         config, dropped = target_config(source.config, embedded_target=embedded_target)
         if dropped:
             log.warning("topic '%s': configs %s are not understood by the target and are left out",
                         source.name, ", ".join(f"{k}={source.config[k]}" for k in dropped))
-        created = target.create_topic(source.name, source.partitions, config, exist_ok=True)
+        created = target.admin.create_topic(source.name, source.partitions, config, exist_ok=True)
         log.info("created topic '%s' on the target: %d partition(s), configs %s", source.name,
                  created.partitions, config or "{}")
         out.append(MirroredTopic(source.name, source.partitions, created.partitions, config))

@@ -34,15 +34,17 @@ def write_transactions(transport: Transport, topic: str, partitions: int, transa
     asyncio.run(write())
 
 
-def read_all(transport: Transport, topic: str, partitions: int, *, wait: float = 1.0
-             ) -> Dict[int, List[Tuple[int, Copied]]]:
-    """Every committed record of ``topic`` per partition: (offset, (key, value, timestamp, headers))."""
+def read_all(transport: Transport, topic: str, partitions: int, *, wait: float = 1.0,
+             start: Optional[Dict[int, int]] = None) -> Dict[int, List[Tuple[int, Copied]]]:
+    """Every committed record of ``topic`` per partition (from offset ``start[p]`` where
+    given): (offset, (key, value, timestamp, headers))."""
     async def read() -> Dict[int, List[Tuple[int, Copied]]]:
         ends = {p: transport.admin.partition_offsets(topic, p).end for p in range(partitions)}
         consumer = transport.consumer("mirror-test-reader", read_committed=True)
         out: Dict[int, List[Tuple[int, Copied]]] = {p: [] for p in range(partitions)}
         try:
-            consumer.assign([TopicPartition(topic, p) for p in range(partitions)], {})
+            consumer.assign([TopicPartition(topic, p) for p in range(partitions)],
+                            {TopicPartition(topic, p): o for p, o in (start or {}).items()})
             idle = 0
             while idle < 3:
                 batches = await consumer.fetch(wait)

@@ -108,3 +108,26 @@ def test_a_mirror_killed_mid_copy_resumes_without_loss_or_duplicate(tmp_path: Pa
         copied = values(read_all(target, topic, 3))
         assert sum(len(v) for v in copied.values()) == 90_000
         assert copied == values(read_all(source, topic, 3))
+
+
+def test_a_continuous_kafka_to_kafka_mirror_follows_groups_and_grows_with_its_source(
+        tmp_path: Path, kafka, second_kafka, unique_name) -> None:
+    import re
+
+    from .continuous import follow_group_commits, grown_and_new_topics_are_mirrored, moved_app_reads_exactly_the_rest
+    from .running import RunningMirror
+
+    topic, late, group, writer = unique_name("stream"), unique_name("late"), unique_name("app"), unique_name("w")
+    with kafka_transport(kafka) as source, kafka_transport(second_kafka) as target:
+        create_test_topic(source.admin, topic, 2)
+        write_transactions(source, topic, 2, transactions=2, per=3, transactional_id=writer)
+        with RunningMirror(tmp_path / "mirror.log", "--from", kafka.url, "--to", second_kafka.url,
+                           "--include", f"{re.escape(topic)}|{re.escape(late)}", "--name", topic,
+                           "--translate-groups", group, "--translate-interval", "1", "--rescan-interval", "1",
+                           env=_env(kafka, second_kafka)) as mirror:
+            offsets = follow_group_commits(source, target, topic, group, writer=writer, first=6)
+            moved_app_reads_exactly_the_rest(source, target, topic, group, offsets, writer=writer, first=100)
+            grown_and_new_topics_are_mirrored(
+                source, target, mirror, topic, topic, late,
+                add_partitions=source.admin.add_partitions,
+                create_topic=lambda name, n: create_test_topic(source.admin, name, n), writer=writer)

@@ -1,6 +1,6 @@
 """Admin operations of the embedded broker that the console tools need beyond the
 broker's own :class:`~streamkit.broker.EmbeddedBroker` methods: changing a topic's
-configs after creation, and finding the offset of a timestamp.
+configs and growing its partition count after creation, and finding the offset of a timestamp.
 
 The embedded log has no timestamp index: :func:`offset_for_time` reads the partition
 from its start until it finds the timestamp (one pass, as fast as a consumer reads)."""
@@ -13,7 +13,9 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from ...broker import EmbeddedBroker, UnknownTopicError, validate_topic_name
 from ...broker.broker import META_FILE
-from ...broker.group_store import write_json_atomic
+from ...broker.group_store import fsync_dir, write_json_atomic
+from ...broker.segment_files import LOCK_FILE_NAME, segment_file_name
+from ...core.records import TopicMetadata
 from ...broker.topic_config import validate_topic_config
 
 CONFIG_LOCK_FILE = ".config.lock"
@@ -49,6 +51,39 @@ def alter_topic_config(broker: EmbeddedBroker, name: str, set_configs: Mapping[s
             raise ValueError(f"topic '{name}': {exc}") from None
         write_json_atomic(directory / META_FILE, meta)
         return dict(meta["config"])
+    finally:
+        os.close(fd)
+
+
+def add_partitions(broker: EmbeddedBroker, name: str, partitions: int) -> TopicMetadata:
+    """Grow topic ``name`` to ``partitions`` partitions, as Kafka's CreatePartitions; nothing
+    when it has that many already. ValueError when it has more (partitions are never
+    removed), UnknownTopicError for a topic that does not exist. The new partitions' files
+    are made before ``meta.json`` counts them: no process sees a partition without its log."""
+    directory = broker.directory / "topics" / validate_topic_name(name)
+    try:
+        fd = os.open(directory / CONFIG_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except (FileNotFoundError, NotADirectoryError):
+        raise UnknownTopicError(f"unknown topic '{name}' on embedded://{broker.directory}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with open(directory / META_FILE, "rb") as f:
+                meta = json.loads(f.read())
+        except FileNotFoundError:  # deleted while we waited for the lock
+            raise UnknownTopicError(f"unknown topic '{name}' on embedded://{broker.directory}") from None
+        current = int(meta["partitions"])
+        if current > partitions:
+            raise ValueError(f"topic '{name}' has {current} partitions: it cannot shrink to {partitions}")
+        if current < partitions:
+            for partition in range(current, partitions):
+                (directory / str(partition)).mkdir(exist_ok=True)
+                for file_name in (LOCK_FILE_NAME, segment_file_name(0)):
+                    os.close(os.open(directory / str(partition) / file_name, os.O_WRONLY | os.O_CREAT, 0o644))
+            fsync_dir(directory)
+            meta["partitions"] = partitions
+            write_json_atomic(directory / META_FILE, meta)
+        return TopicMetadata(name, partitions, dict(meta.get("config", {})))
     finally:
         os.close(fd)
 

@@ -7,11 +7,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.errors import (CommitFailedError, GroupAuthorizationFailedError, IncompatibleBrokerVersion,
-                             GroupIdNotFound, KafkaConnectionError, KafkaError, NonEmptyGroup,
+                             GroupIdNotFound, InvalidPartitionsError, KafkaConnectionError, KafkaError,
+                             NonEmptyGroup,
                              OffsetOutOfRangeError, TopicAlreadyExistsError,
                              TopicAuthorizationFailedError, UnknownTopicOrPartitionError,
                              NodeNotReadyError, RequestTimedOutError, UnsupportedVersionError, for_code)
@@ -361,6 +362,34 @@ class KafkaAdmin(Admin):
             raise ConfigError(f"topic '{name}' on {self._servers}: cannot change configs ({what}): "
                               f"{error.__name__}: {message or ''}".rstrip(": "))
         return await self._topic_config(name)
+
+    def add_partitions(self, name: str, partitions: int) -> TopicMetadata:
+        """Grow topic ``name`` to ``partitions`` partitions (CreatePartitions); nothing when it
+        has that many already. ConfigError when it has more (Kafka never removes partitions)."""
+        return self._call(self._add_partitions(name, partitions))
+
+    async def _add_partitions(self, name: str, partitions: int) -> TopicMetadata:
+        current = await self._topic(name)
+        if current is None:
+            raise StreamkitError(f"unknown topic '{name}' on {self._servers}")
+        if current.partitions > partitions:
+            raise ConfigError(f"topic '{name}' on {self._servers} has {current.partitions} partitions: "
+                              f"it cannot shrink to {partitions}")
+        if current.partitions < partitions:
+            try:
+                await (await self._admin()).create_partitions({name: NewPartitions(partitions)})
+            except InvalidPartitionsError:
+                pass  # grown meanwhile (by another mirror): checked below
+            except KafkaError as exc:
+                raise StreamkitError(f"adding partitions to topic '{name}' on {self._servers} (to "
+                                     f"{partitions}) failed: {type(exc).__name__}: {exc}") from None
+        for _ in range(50):  # the metadata can lag the response
+            meta = await self._topic(name)
+            if meta is not None and meta.partitions >= partitions:
+                return meta
+            await asyncio.sleep(0.1)
+        raise StreamkitError(f"topic '{name}' on {self._servers} was grown to {partitions} partitions but "
+                             "its metadata did not show them")
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> Optional[int]:
         """The earliest offset of a record whose timestamp is >= ``timestamp_ms`` (Kafka's
