@@ -26,6 +26,16 @@ def alter_topic_config(transport: Transport, name: str, set_configs: Mapping[str
     return transport.admin.alter_topic_config(name, set_configs, delete_configs)  # type: ignore[attr-defined]
 
 
+def add_partitions(transport: Transport, name: str, partitions: int) -> int:
+    """Grow topic ``name`` to ``partitions`` partitions (never shrinks); its count after."""
+    broker = _embedded_broker(transport)
+    if broker is not None:
+        from ..transport.embedded.admin import add_partitions as grow
+
+        return grow(broker, name, partitions).partitions
+    return transport.admin.add_partitions(name, partitions).partitions  # type: ignore[attr-defined]
+
+
 def offset_for_time(transport: Transport, topic: str, partition: int, timestamp_ms: int) -> Optional[int]:
     """The earliest offset whose record's timestamp is >= ``timestamp_ms``, None if none."""
     broker = _embedded_broker(transport)

@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 import click
 
 from .common import broker_option, connected, require_topic
-from .console_admin import alter_topic_config, live_consumer_groups
+from .console_admin import add_partitions, alter_topic_config, live_consumer_groups
 
 
 @click.group()
@@ -72,23 +72,42 @@ def describe(name: str, broker: Optional[str]) -> None:
               help="Set this topic config, e.g. retention.ms=86400000 (repeatable); other configs are kept.")
 @click.option("--delete-config", "deleted", multiple=True, metavar="NAME",
               help="Remove this topic config, back to the broker's default (repeatable).")
+@click.option("--partitions", type=click.IntRange(min=1), default=None,
+              help="Grow the topic to this many partitions (never fewer: like kafka-topics --alter "
+                   "--partitions). Keys then map to other partitions than before.")
 @broker_option
-def alter(name: str, configs: Tuple[str, ...], deleted: Tuple[str, ...], broker: Optional[str]) -> None:
-    """Change configs of topic NAME, like kafka-configs --alter --add-config/--delete-config.
+def alter(name: str, configs: Tuple[str, ...], deleted: Tuple[str, ...], partitions: Optional[int],
+          broker: Optional[str]) -> None:
+    """Change configs or the partition count of topic NAME, like kafka-configs --alter
+    --add-config/--delete-config and kafka-topics --alter --partitions.
 
     Only the configs named change. On the embedded broker, retention and compaction
-    follow at their next pass; segment.bytes applies to processes started afterwards."""
-    if not configs and not deleted:
-        raise click.UsageError("give --config NAME=VALUE and/or --delete-config NAME")
+    follow at their next pass; segment.bytes applies to processes started afterwards.
+    Partitions are only ever added; a key's new records may then land in another
+    partition than its old ones, so a stateful app reading the topic sees that key in
+    two tasks (Kafka Streams refuses to run on source topics whose counts no longer
+    match: grow co-partitioned topics together, and reset the app if keys moved)."""
+    if not configs and not deleted and partitions is None:
+        raise click.UsageError("give --config NAME=VALUE, --delete-config NAME and/or --partitions N")
     set_configs = _parse_configs(configs)
     both = sorted(set(set_configs) & set(deleted))
     if both:
         raise click.UsageError(f"{', '.join(both)}: both set and deleted")
     with connected(broker) as transport:
-        require_topic(transport, name)
-        after = alter_topic_config(transport, name, set_configs, list(deleted))
-        shown = ",".join(f"{k}={v}" for k, v in sorted(after.items())) or "-"
-        click.echo(f"altered topic {name}: configs now {shown}")
+        meta = require_topic(transport, name)
+        if partitions is not None:
+            if partitions < meta.partitions:
+                raise click.ClickException(f"topic '{name}' has {meta.partitions} partitions: partitions "
+                                           f"can only be added, not removed (asked for {partitions})")
+            if partitions > meta.partitions:
+                after_count = add_partitions(transport, name, partitions)
+                click.echo(f"altered topic {name}: partitions {meta.partitions} -> {after_count}")
+            else:
+                click.echo(f"topic {name} already has {partitions} partition(s)")
+        if configs or deleted:
+            after = alter_topic_config(transport, name, set_configs, list(deleted))
+            shown = ",".join(f"{k}={v}" for k, v in sorted(after.items())) or "-"
+            click.echo(f"altered topic {name}: configs now {shown}")
 
 
 @topics.command("delete")

@@ -285,6 +285,23 @@ def test_consume_into_a_closed_pipe_ends_quietly(console):
         assert console.committed(group, topic).get(0, 0) < count
 
 
+def test_topics_alter_partitions_only_grows_and_new_partitions_take_records(console):
+    topic = console.topic("grow", partitions=2)
+    grown = console.ok("topics", "alter", topic, "--partitions", "5")
+    assert f"altered topic {topic}: partitions 2 -> 5" in grown.stdout
+    assert "Partitions: 5" in console.ok("topics", "describe", topic).stdout
+    shrink = console("topics", "alter", topic, "--partitions", "3")
+    assert shrink.returncode == 1 and "can only be added" in shrink.stderr, shrink.stderr
+    assert "already has 5" in console.ok("topics", "alter", topic, "--partitions", "5").stdout
+    # every new partition is a real log: records produced to it are read back from it
+    keys = [f"k{i}" for i in range(60)]
+    console.ok("produce", topic, "--key-field", "k", stdin="".join(f'{{"k": "{k}"}}\n' for k in keys))
+    console.ok("produce", topic, "--partition", "4", stdin='{"k": "last"}\n')
+    rows = console.ok("topics", "describe", topic).stdout.splitlines()[2:]
+    records = {int(r.split()[0]): int(r.split()[3]) for r in rows}
+    assert sum(records.values()) == 61 and all(records[p] > 0 for p in (2, 3, 4)), records
+
+
 def test_topics_alter_and_delete_next_to_live_consumers(console):
     topic = console.topic("alter")
     altered = console.ok("topics", "alter", topic, "--config", "retention.ms=86400000", "--config",
