@@ -32,6 +32,29 @@ def test_runs_map_every_copied_record_and_every_position_between() -> None:
     assert PartitionOffsetMap().position(5) == 0
 
 
+def test_a_long_running_map_stays_bounded_and_never_translates_past_the_exact_position(monkeypatch) -> None:
+    from streamkit.mirror import offset_syncs
+
+    monkeypatch.setattr(offset_syncs, "EXACT_RUNS", 50)
+    history, bounded = [], PartitionOffsetMap()
+    source, target = 0, 0
+    for transaction in range(2_000):  # 3 records per transaction, a marker after each on both sides
+        history.append(OffsetRun(source, target, 3))
+        bounded.add(history[-1:])
+        source, target = source + 4, target + 4 + transaction % 2
+    monkeypatch.setattr(offset_syncs, "EXACT_RUNS", len(history))
+    exact = PartitionOffsetMap(history)  # the whole history, unthinned, as the reference
+    assert len(bounded.runs) <= 100
+    recent_from = bounded.runs[-50].source
+    for position in range(0, source + 2):
+        if position >= recent_from:
+            assert bounded.position(position) == exact.position(position)
+            assert bounded.record(position) == exact.record(position)
+        else:
+            assert bounded.position(position) <= exact.position(position)  # at least once, never a skip
+            assert bounded.record(position) in (None, exact.record(position))
+
+
 def test_records_configs_and_partitions_are_copied_and_skips_are_said(tmp_path: Path, streamkit) -> None:
     source = EmbeddedTransport(str(tmp_path / "a"))
     source.admin.create_topic("events", 3, {"retention.ms": "-1", "retention.bytes": "1000000000"})
