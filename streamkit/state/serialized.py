@@ -1,11 +1,29 @@
 """The outermost store layer: serdes between objects and the byte stores below."""
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, FrozenSet, Iterator, Optional, Tuple
 
-from ..serdes import Serde
+from ..serdes import Int, Json, Serde, String
 from ..stores import KeyValueStore
 from .write_buffer import WriteBuffer
+
+
+DECODED_ENTRIES = 100_000
+"""At most this many written values are kept decoded per store (see :func:`round_trip_types`)."""
+
+
+def round_trip_types(serde: Serde) -> FrozenSet[type]:
+    """The exact classes of immutable values that ``serde`` reads back as an equal object
+    of the same class: a store may keep such a value as written instead of decoding its
+    bytes again. Only the built-in serdes are known; any other serde: none."""
+    kind = type(serde)
+    if kind is Json:
+        return frozenset((int, str))  # JSON writes floats' NaN as null: not floats
+    if kind is Int:
+        return frozenset((int,))
+    if kind is String:
+        return frozenset((str,))
+    return frozenset()
 
 
 class SerializedKeyValueStore(KeyValueStore):

@@ -11,7 +11,7 @@ import struct
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..serdes import Serde
-from .serialized import SerializedKeyValueStore
+from .serialized import DECODED_ENTRIES, SerializedKeyValueStore, round_trip_types
 from .write_buffer import WriteBuffer
 
 _TIMESTAMP = struct.Struct(">q")
@@ -30,6 +30,10 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
         self._vser = lambda value: _NO_TIMESTAMP + value_serialize(value)
         self._vdes = lambda raw: value_deserialize(raw[8:])
         self._key_bytes: Dict[Any, bytes] = {}
+        self._decoded: Dict[bytes, Tuple[bytes, Any, int]] = {}
+        """key bytes -> (the bytes written, value, timestamp) of values that read back as
+        themselves: a read of those very bytes (identity) skips decoding them."""
+        self._decodable = round_trip_types(value_serde)
         # When a flush listener forwards cached updates, a deletion is forwarded at its
         # own timestamp (the buffer keeps no timestamp for a deleted key).
         self._deleted_at: Optional[Dict[bytes, int]] = None
@@ -60,6 +64,9 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
         raw = self.inner.get(key)
         if raw is None:
             return None
+        known = self._decoded.get(key)
+        if known is not None and known[0] is raw:
+            return known[1], known[2]
         return self._value_deserialize(raw[8:]), _TIMESTAMP.unpack_from(raw)[0]
 
     def put_serialized(self, key: bytes, value: Any, timestamp: int) -> None:
@@ -67,8 +74,14 @@ class TimestampedKeyValueStore(SerializedKeyValueStore):
             self.inner.delete(key)
             if self._deleted_at is not None:
                 self._deleted_at[key] = timestamp
-        else:
-            self.inner.put(key, _TIMESTAMP.pack(timestamp) + self._value_serialize(value))
+            return
+        data = _TIMESTAMP.pack(timestamp) + self._value_serialize(value)
+        self.inner.put(key, data)
+        if value.__class__ in self._decodable:
+            decoded = self._decoded
+            if len(decoded) >= DECODED_ENTRIES:
+                decoded.clear()
+            decoded[key] = (data, value, timestamp)
 
     def decode(self, raw: Optional[bytes]) -> Tuple[Any, int]:
         """``(value, timestamp)`` of a stored value; ``(None, -1)`` for None."""

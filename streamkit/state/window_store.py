@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 from ..serdes import Serde
 from ..windowing.windowed_keys import Windowed, split_window_store_key
 from .segmented import STREAM_TIME_KEY, SegmentedBytesStore, decode_stream_time, encode_stream_time
+from .serialized import DECODED_ENTRIES, round_trip_types
 from .write_buffer import WriteBuffer
 
 __all__ = ["WindowStore", "window_time_of"]
@@ -119,6 +120,10 @@ class WindowStore(TimeOrderedStore):
         self.window_size_ms = window_size_ms
         self.with_first_timestamp = with_first_timestamp
         self._header = 16 if with_first_timestamp else 8
+        self._decoded: Dict[bytes, Tuple[bytes, Any, int]] = {}
+        """Stored key -> (the bytes written, value, timestamp) of open windows whose values
+        read back as themselves: a read of those very bytes (identity) skips decoding them."""
+        self._decodable = round_trip_types(value_serde)
 
     # Public API, on objects
 
@@ -182,11 +187,20 @@ class WindowStore(TimeOrderedStore):
         raw = self.inner.get(window_key)
         if raw is None:
             return None
+        known = self._decoded.get(window_key)
+        if known is not None and known[0] is raw:
+            return known[1], known[2]
         return self._vdes(raw[self._header:]), _TIME.unpack_from(raw)[0]
 
     def put_open(self, window_key: bytes, value: Any, timestamp: int) -> None:
         """Write an open window's aggregate (not None) in a store without first timestamps."""
-        self.inner.put(window_key, _TIME.pack(timestamp) + self._vser(value))
+        data = _TIME.pack(timestamp) + self._vser(value)
+        self.inner.put(window_key, data)
+        if value.__class__ in self._decodable:
+            decoded = self._decoded
+            if len(decoded) >= DECODED_ENTRIES:
+                decoded.clear()
+            decoded[window_key] = (data, value, timestamp)
 
     def get_serialized_with_first(self, key_bytes: bytes, start: int) -> Optional[Tuple[Any, int, int]]:
         """``(value, timestamp, first_timestamp)`` of the window, or ``None``."""

@@ -2,13 +2,14 @@
 ``Downstream``, fan-out to several children, and user-function errors named by node."""
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping
+from typing import Any, Callable, List, Mapping, Optional
 
 from ...errors import UserFunctionError
 from ...topology import Topology
 from ..context.task_context import Downstream, TaskContext
 
-__all__ = ["Compiler", "CompileEnv", "Downstream", "fan_out", "user_error"]
+__all__ = ["Compiler", "CompileEnv", "Downstream", "fan_out", "forwards_new_values", "new_values_target",
+           "user_error"]
 
 Compiler = Callable[[Any, Downstream, "CompileEnv"], Downstream]
 
@@ -35,6 +36,20 @@ class CompileEnv:
                 return True
             pending.extend(children[name])
         return False
+
+
+def forwards_new_values(compiled: Downstream, target: Downstream) -> Downstream:
+    """Mark ``compiled`` (a callable taking a table update, ``Change``) as one that only calls
+    ``target`` with the update's new value: a table operator feeding it may call ``target``
+    with the new value itself and build no ``Change``."""
+    compiled.new_values_to = target  # type: ignore[attr-defined]
+    return compiled
+
+
+def new_values_target(downstream: Downstream) -> Optional[Downstream]:
+    """What ``downstream`` calls with a table update's new value alone, if it was marked
+    by :func:`forwards_new_values` (a ``to_stream``); else None."""
+    return getattr(downstream, "new_values_to", None)
 
 
 def noop(key: Any, value: Any, timestamp: int) -> None:

@@ -2,9 +2,10 @@
 split/branch/merge, sinks (topics and external) and the Processor API node."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from ...errors import SerializationError, StreamkitError, TopologyError, UserFunctionError
+from ...serdes import Json, String
 from ...sinks.base import SinkRecord
 from ...topology import Topology
 from ...topology import nodes as ir
@@ -16,6 +17,9 @@ from ..ordering.repartition_stamps import merged_topics, with_writer_header, wri
 from .base import CompileEnv, Downstream, noop, user_error
 
 _user_error = user_error
+_KEY_CACHING_SERDES = (Json, String)
+"""Key serdes whose bytes for a str key depend on the key alone (a sink may remember them)."""
+_PLACED_KEYS = 100_000
 
 
 def compile_source(node: ir.SourceNode, downstream: Downstream, env: CompileEnv) -> Downstream:
@@ -157,31 +161,50 @@ def compile_sink(node: ir.SinkNode, downstream: Downstream, env: CompileEnv) -> 
                           else None)
 
     null_key_reader = _null_key_dropping_reader(env.topology, topic)
+    # Aggregations write the same keys again and again: a str key's bytes and partition are
+    # remembered, for the serdes whose bytes depend on the key alone.
+    remember_keys = windowed_partition is None and type(node.key_serde) in _KEY_CACHING_SERDES
+    placed: Dict[str, Tuple[bytes, int]] = {}
 
     def sink(key: Any, value: Any, timestamp: int) -> None:
         if task.muted:
             return
-        if key is None and null_key_reader is not None:
-            # Dropped here, not by the aggregation reading the topic: the error handler
-            # then names the input record, not its copy in the repartition topic.
-            task.drop_null_key(null_key_reader)
-            return
-        try:
-            key_bytes = None if key is None else key_fast(key)
-            value_bytes = None if value is None else value_fast(value)
-        except Exception:
-            try:  # the serde's own methods, for the proper error (or a stricter fast path)
-                key_bytes = key_serialize(key)
-                value_bytes = value_serialize(value)
-            except Exception as exc:
-                raise _user_error(name, SerializationError(f"writing to topic '{topic}': {exc}")) from exc
-        if key_bytes is None:
-            partition = own_partition
-        elif windowed_partition is not None:
-            partition = windowed_partition(key)
+        known = placed.get(key) if key.__class__ is str else None
+        if known is not None:
+            key_bytes, partition = known
+            try:
+                value_bytes = None if value is None else value_fast(value)
+            except Exception:
+                try:  # the serde's own method, for the proper error (or a stricter fast path)
+                    value_bytes = value_serialize(value)
+                except Exception as exc:
+                    raise _user_error(name, SerializationError(f"writing to topic '{topic}': {exc}")) from exc
         else:
-            cached = cached_key_hash(key_bytes)
-            partition = partition_for_key(key_bytes, partitions) if cached is None else cached % partitions
+            if key is None and null_key_reader is not None:
+                # Dropped here, not by the aggregation reading the topic: the error handler
+                # then names the input record, not its copy in the repartition topic.
+                task.drop_null_key(null_key_reader)
+                return
+            try:
+                key_bytes = None if key is None else key_fast(key)
+                value_bytes = None if value is None else value_fast(value)
+            except Exception:
+                try:  # the serde's own methods, for the proper error (or a stricter fast path)
+                    key_bytes = key_serialize(key)
+                    value_bytes = value_serialize(value)
+                except Exception as exc:
+                    raise _user_error(name, SerializationError(f"writing to topic '{topic}': {exc}")) from exc
+            if key_bytes is None:
+                partition = own_partition
+            elif windowed_partition is not None:
+                partition = windowed_partition(key)
+            else:
+                cached = cached_key_hash(key_bytes)
+                partition = partition_for_key(key_bytes, partitions) if cached is None else cached % partitions
+                if remember_keys and key.__class__ is str:
+                    if len(placed) >= _PLACED_KEYS:
+                        placed.clear()
+                    placed[key] = (key_bytes, partition)
         record = task.record
         headers = None if record is None else record[4]
         if rank is not None:

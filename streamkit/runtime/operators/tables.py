@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...topology import nodes as ir
-from .base import CompileEnv, Downstream, user_error
+from .base import CompileEnv, Downstream, forwards_new_values, new_values_target, user_error
 
 _user_error = user_error
 
@@ -27,6 +27,7 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
     task = env.task
     store = task.stores[node.store]
     forward_each = _forward_on_flush(store, downstream, env)
+    forward_new = new_values_target(downstream) if forward_each else None
     serialize_key, get, put = store.serialize_key, store.get_serialized, store.put_serialized
     name = node.name
     add = node.aggregation.add
@@ -53,7 +54,9 @@ def compile_aggregate(node: ir.AggregateNode, downstream: Downstream, env: Compi
         except Exception as exc:
             raise _user_error(name, exc) from exc
         put(key_bytes, new, timestamp)
-        if forward_each:
+        if forward_new is not None:
+            forward_new(key, new, timestamp)
+        elif forward_each:
             downstream(key, ir.Change(new, old), timestamp)
     return aggregate
 
@@ -115,7 +118,7 @@ def compile_table_map_values(node: ir.TableMapValuesNode, downstream: Downstream
 def compile_to_stream(node: ir.ToStreamNode, downstream: Downstream, env: CompileEnv) -> Downstream:
     def to_stream(key: Any, change: ir.Change, timestamp: int) -> None:
         downstream(key, change.new, timestamp)
-    return to_stream
+    return forwards_new_values(to_stream, downstream)
 
 
 def compile_table_group_by(node: ir.TableGroupByNode, downstream: Downstream, env: CompileEnv) -> Downstream:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ...topology import nodes as ir
 from ...windowing.windowed_keys import windowed_of_valid
-from .base import CompileEnv, Downstream, user_error
+from .base import CompileEnv, Downstream, new_values_target, user_error
 from .late_records import LateRecords
 
 Step = Callable[[Any, Any, Any], Any]
@@ -65,6 +65,7 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
     task = env.task
     store = task.stores[node.store]
     forward_each = _forwards_each(node, store, downstream, env)
+    forward_new = new_values_target(downstream) if forward_each else None
     key_bytes = _serialize_key(store, node.name)
     serialize_key, name = store.serialize_key, node.name
     if store.with_first_timestamp:  # only sliding windows keep first timestamps
@@ -94,7 +95,9 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
             store.put_serialized(kb, start, None, result_time)
         else:
             put(stored_key, new, result_time)
-        if forward_each:
+        if forward_new is not None:
+            forward_new(windowed_of_valid(key, start, end), new, result_time)
+        elif forward_each:
             downstream(windowed_of_valid(key, start, end), Change(new, old), result_time)
 
     def windowed_aggregate(key: Any, value: Any, timestamp: int) -> None:
@@ -131,7 +134,9 @@ def _compile_fixed(node: ir.WindowedAggregateNode, downstream: Downstream, env: 
                 store.put_serialized(kb, start, None, result_time)
             else:
                 put(stored_key, new, result_time)
-            if forward_each:
+            if forward_new is not None:
+                forward_new(windowed_of_valid(key, start, end), new, result_time)
+            elif forward_each:
                 downstream(windowed_of_valid(key, start, end), Change(new, old), result_time)
             return
         kb = None

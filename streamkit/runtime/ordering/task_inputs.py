@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import heapq
 import logging
+from operator import itemgetter
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from ...core.records import RawRecord, TopicPartition
 from .writer_merge import WriterMerge
+
+_timestamp_of = itemgetter(1)
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ class TaskInputs:
             return
         self._pending[tp].extend(records)
         self._empty_since.pop(tp, None)
-        top = max(r[1] for r in records)
+        top = max(map(_timestamp_of, records))
         if top > self.reached.get(tp, -1):
             self.reached[tp] = top
 
