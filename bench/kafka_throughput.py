@@ -118,7 +118,8 @@ def expected_counts(events: Sequence[Event]) -> Dict[bytes, int]:
 
 
 def _canonical(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    # right-sized: orjson's own result sits in a ~4 KiB allocation, one per output record
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode().encode()
 
 
 Output = List[Tuple[int, Optional[bytes], Optional[bytes]]]  # (partition, key, value) in offset order

@@ -156,6 +156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         "instead of the embedded broker")
     parser.add_argument("--broker", metavar="HOST:PORT", help="with --kafka: this broker; 'tansu': a fresh Tansu "
                         "(default: a fresh Apache Kafka)")
+    parser.add_argument("--results", default=RESULTS, help="where to write the JSON (a small trial run: elsewhere)")
     args = parser.parse_args(argv)
     events = make_events(args.events)
     results: Dict[str, List[dict]] = {}
@@ -197,16 +198,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if broker is not None:
             broker.stop()
     recorded = {}
-    if os.path.exists(RESULTS):
-        with open(RESULTS) as f:
+    if os.path.exists(args.results):
+        with open(args.results) as f:
             recorded = json.load(f)
     recorded = {key: recorded[key] for key in ("embedded", "kafka") if key in recorded}
     recorded["kafka" if args.kafka else "embedded"] = {
         "where": where, "events": args.events, "partitions": args.partitions, "cores": os.cpu_count(),
         "reps": args.reps, "scenarios": results}
-    with open(RESULTS, "w") as f:
+    with open(args.results, "w") as f:
         json.dump(recorded, f, indent=2)
-    print(f"  results written to {os.path.relpath(RESULTS, ROOT)}")
+    print(f"  results written to {os.path.relpath(args.results, ROOT)}")
 
 
 if __name__ == "__main__":

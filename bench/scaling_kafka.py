@@ -36,6 +36,7 @@ from typing import Dict, List, Optional
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import CoordinatorLoadInProgressError, GroupCoordinatorNotAvailableError, NotCoordinatorError
 
 from bench.kafka_throughput import (CLIENT_ENV, committed_with, create_topics, delete_topics, peak_rss_mib, produce,
                                     read_topic)
@@ -123,7 +124,7 @@ async def _wait_until_committed(bootstrap: str, group: str, topic: str, partitio
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        while await committed_with(admin, group, topic, partitions) < total:
+        while await _committed_or_zero(admin, group, topic, partitions) < total:
             if all(child.poll() is not None for child in children):
                 errors = "".join(child.stderr.read()[-2000:] for child in children if child.stderr)
                 raise RuntimeError(f"the workers stopped before their commits covered {total:,} events:\n{errors}")
@@ -131,6 +132,17 @@ async def _wait_until_committed(bootstrap: str, group: str, topic: str, partitio
         return time.time()
     finally:
         await admin.close()
+
+
+async def _committed_or_zero(admin: AIOKafkaAdminClient, group: str, topic: str, partitions: int) -> int:
+    """The group's committed offsets on ``topic``, or 0 while its coordinator is not ready:
+    a fresh Apache Kafka creates ``__consumer_offsets`` on the first group request and
+    answers "coordinator not available" (or "loading") until it has, and nothing can have
+    been committed by then."""
+    try:
+        return await committed_with(admin, group, topic, partitions)
+    except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError, NotCoordinatorError):
+        return 0
 
 
 def child(spec: Dict) -> None:

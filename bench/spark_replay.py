@@ -391,6 +391,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench spark", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=5_000_000)
+    parser.add_argument("--results", default=RESULTS, help="where to write the JSON (a small trial run: elsewhere)")
     parser.add_argument("--bulk", action="store_true",
                         help="replay(..., bulk=True): the windowed count as a bulk Spark SQL plan")
     parser.add_argument("--random-users", action="store_true",
@@ -468,12 +469,12 @@ def main(argv: Optional[List[str]] = None) -> None:
                    "cores": os.cpu_count(), "streaming": live, "spark": sparkf, "ratio_spark_to_streaming": ratio,
                    "compare_topic": compared, "verification": verification, "verified": not failed,
                    "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-        temporary = RESULTS + ".tmp"
+        os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+        temporary = args.results + ".tmp"
         with open(temporary, "w") as f:
             json.dump(results, f, indent=2)
-        os.replace(temporary, RESULTS)
-        print(f"  results written to {RESULTS}")
+        os.replace(temporary, args.results)
+        print(f"  results written to {args.results}")
         if failed:
             sys.exit(1)
     finally:

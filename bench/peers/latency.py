@@ -36,7 +36,8 @@ log = logging.getLogger("bench.peers")
 TICK_S = 0.001
 WARMUP_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 30.0
-COLUMNS = ("embedded", "streamkit", "streamkit-rdkafka", "streamkit-eos", "raw", "faust", "quix")
+COLUMNS = ("embedded", "streamkit", "streamkit-rdkafka", "streamkit-eos", "raw", "kafka-streams", "faust", "quix",
+           "bytewax", "pathway")
 EOS_COMMIT_INTERVALS_S = (0.1, 0.05)
 """``streamkit-eos`` runs S1 under exactly_once once per commit interval: its outputs are
 visible (read_committed) only when the transaction commits, so its latency is bounded by

@@ -14,7 +14,12 @@ By default each scenario gets a fresh single-node Apache Kafka (jars from
 tansu`` a fresh Tansu per scenario (no transactions: S5 is skipped).
 
   python -m bench [--broker HOST:PORT] [--events 200000] [--embedded-events 1000000]
-                  [--reps 3] [--only FRAMEWORK:SCENARIO[,...]]
+                  [--reps 3] [--only FRAMEWORK:SCENARIO[,...]] [--events-for faust=20000]
+                  [--jvm-events 2000000] [--jvm-reps 1]
+
+faust runs fewer events (``--events-for``; its figures are per event like everyone's). Kafka
+Streams also runs S1-S3 at ``--jvm-events``, with streamkit and the aiokafka loop beside it,
+in a table of its own: a JVM is at its worst on a short run.
 
 ``--only`` takes ``streamkit:S2``, ``quix:*``, ``*:S1``, ``latency``, ``latency:embedded``,
 ``restore``; frameworks: streamkit, streamkit-rdkafka (librdkafka client), streamkit-cached, embedded,
@@ -32,12 +37,13 @@ import platform
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from collections import Counter
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from bench.kafka_throughput import broker_description, open_broker
 from bench.peers import embedded, report
 from bench.peers.frameworks import NEEDS_TRANSACTIONS
-from bench.peers.runner import ROOT, VerificationError, run_once, summarize
+from bench.peers.runner import ROOT, Inputs, VerificationError, produce_inputs, run_once, summarize
 from bench.peers.workload import PARTITIONS, SCENARIOS, make_events, make_pages_table
 
 log = logging.getLogger("bench.peers")
@@ -49,6 +55,20 @@ KAFKA_COLUMNS = ("raw", "streamkit", "streamkit-rdkafka", "streamkit-cached", "k
 CACHED_COLUMNS = ("streamkit-cached", "kafka-streams-cached")
 EMBEDDED_COLUMNS = ("embedded", "embedded-cached")
 EXTRAS = ("latency", "restore")
+JVM_COLUMNS = ("raw", "streamkit", "kafka-streams")
+JVM_SCENARIOS = ("S1", "S2", "S3")
+"""The second pass at ``--jvm-events``: Kafka Streams with streamkit and the aiokafka loop
+beside it at the same size, so each ratio is taken within one size. A JVM is at its worst
+on a 2-3 s window (its JIT compiles the record path meanwhile)."""
+RESTORE_NOT_RUN = {
+    "kafka-streams": "not measured: the Kafka Streams peer has no restore mode (its changelog format and a "
+                     "StateRestoreListener window are not written yet)",
+    "bytewax": "n/a: state in memory (no recovery store), nothing to restore from Kafka",
+    "pathway": "n/a: state in memory (no persistence), nothing to restore from Kafka"}
+"""The restore table's columns that are not measured, each with why."""
+DEFAULT_EVENTS_FOR = "faust=20000"
+"""faust spends about 300 us of CPU per event (1,500-4,000 events/s): at 200,000 events its
+five scenarios alone would take most of an hour. Its figures are per event either way."""
 
 
 def framework_of(column: str) -> str:
@@ -95,14 +115,35 @@ def versions() -> Dict[str, str]:
     return out
 
 
-def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Results) -> Dict[str, Any]:
-    """Every selected (framework, scenario) on Kafka; reps interleaved across frameworks so
+class KafkaPass(NamedTuple):
+    """One pass over the Kafka scenarios: which (column, scenario) pairs, how many events."""
+    events: int
+    reps: int
+    plan: Callable[[str, str], bool]  # (column, scenario) -> run it?
+    events_for: Dict[str, int]  # column -> at most this many events (faust: fewer; figures are per event)
+
+
+def parse_events_for(text: str) -> Dict[str, int]:
+    """``faust=20000,quix=100000`` -> {"faust": 20000, "quix": 100000}."""
+    out: Dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        column, _, count = item.partition("=")
+        if column not in KAFKA_COLUMNS or not count.strip().isdigit() or int(count) <= 0:
+            raise argparse.ArgumentTypeError(f"--events-for takes COLUMN=N[,...] with COLUMN one of "
+                                             f"{', '.join(KAFKA_COLUMNS)}, not {item!r}")
+        out[column] = int(count)
+    return out
+
+
+def run_kafka(args: argparse.Namespace, kafka_pass: KafkaPass, results: report.Results) -> Dict[str, Any]:
+    """Every (framework, scenario) of ``kafka_pass`` on Kafka: a fresh broker per scenario, the
+    inputs produced once per scenario and event count, reps interleaved across frameworks so
     that a slow stretch of the machine does not land on one framework alone."""
-    events = make_events(args.events)
     table = make_pages_table()
+    events_of: Dict[int, list] = {}
     transactions: Dict[str, Any] = {}
     for name, scenario in SCENARIOS.items():
-        columns = [c for c in KAFKA_COLUMNS if selected(only, c, name)]
+        columns = [c for c in KAFKA_COLUMNS if kafka_pass.plan(c, name)]
         columns = [c for c in columns if c not in CACHED_COLUMNS or scenario.stateful]
         if not columns:
             continue
@@ -124,26 +165,36 @@ def run_kafka(args: argparse.Namespace, only: Sequence[str], results: report.Res
                 else:
                     runnable.append(column)
                     modules[column] = module
-            expected = scenario.expect(events, table)
+            size = {c: min(kafka_pass.events_for.get(c, kafka_pass.events), kafka_pass.events) for c in runnable}
+            inputs: Dict[int, Inputs] = {}
+            expected: Dict[int, Counter] = {}
+            for n in sorted(set(size.values())):
+                if n not in events_of:
+                    events_of[n] = make_events(n)
+                events = events_of[n]
+                inputs[n] = produce_inputs(broker.bootstrap, name, events, table)
+                expected[n] = scenario.expect(events, table)
             runs: Dict[str, List[dict]] = {c: [] for c in runnable}
             failed: Dict[str, str] = {}
-            for _ in range(args.reps):
+            for _ in range(kafka_pass.reps):
                 for column in runnable:
                     if column in failed:
                         continue
                     try:
                         module = modules[column]
                         coalesced = column in CACHED_COLUMNS or name in getattr(module, "COALESCED_SCENARIOS", ())
-                        runs[column].append(run_once(framework_of(column), name, broker.bootstrap, events, table,
-                                                     expected, caching=coalesced, verbose=args.verbose,
-                                                     group_offsets=getattr(module, "COMMITS_GROUP_OFFSETS", True)))
+                        n = size[column]
+                        runs[column].append(run_once(framework_of(column), name, broker.bootstrap, events_of[n],
+                                                     table, expected[n], caching=coalesced, verbose=args.verbose,
+                                                     group_offsets=getattr(module, "COMMITS_GROUP_OFFSETS", True),
+                                                     inputs=inputs[n]))
                     except (VerificationError, RuntimeError, subprocess.TimeoutExpired) as exc:
                         failed[column] = str(exc)
                         log.error("%s %s: NOT VERIFIED, no figure: %s", column, name, exc)
             for column in runnable:
                 results.setdefault(name, {})[column] = (
                     {"skipped": f"failed: {failed[column][:300]}"} if column in failed
-                    else summarize(runs[column], len(events)))
+                    else {**summarize(runs[column], size[column]), "events": size[column]})
                 contract = getattr(modules[column], "CONTRACT", None)
                 if contract:
                     results[name][column]["contract"] = contract
@@ -175,6 +226,9 @@ def run_restore(args: argparse.Namespace, patterns: Sequence[str]) -> Dict[str, 
     from bench.peers import restore as restore_bench
 
     out: Dict[str, dict] = {}
+    for framework, reason in RESTORE_NOT_RUN.items():
+        if any(fnmatch.fnmatch(framework, p) for p in patterns):
+            out[framework] = {"skipped": reason}
     for framework in restore_bench.FRAMEWORKS:
         if not any(fnmatch.fnmatch(framework, p) for p in patterns):
             continue
@@ -223,6 +277,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--restore-records", type=int, default=1_000_000)
     parser.add_argument("--restore-reps", type=int, default=1,
                         help="restore repetitions (default 1: faust takes minutes per restore)")
+    parser.add_argument("--events-for", type=parse_events_for, default=parse_events_for(DEFAULT_EVENTS_FOR),
+                        metavar="COLUMN=N[,...]", help="at most N events per Kafka run for COLUMN, its figures "
+                        f"per event as everyone's (default {DEFAULT_EVENTS_FOR}: faust runs about 100x slower; "
+                        "'' for none)")
+    parser.add_argument("--jvm-events", type=int, default=2_000_000, metavar="N",
+                        help="also run S1-S3 for Kafka Streams, streamkit and the aiokafka loop at N events, a "
+                        "table of its own (default 2,000,000: a JVM is at its worst on short runs; 0: off)")
+    parser.add_argument("--jvm-reps", type=int, default=1, help="repetitions of the --jvm-events pass (default 1)")
     parser.add_argument("--results", default=RESULTS, help="where to write the JSON (the chart goes beside it)")
     parser.add_argument("--verbose", action="store_true", help="show the children's logs")
     args = parser.parse_args(argv)
@@ -233,7 +295,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     started = _conditions()
     results: report.Results = {}
-    transactions = run_kafka(args, only, results)
+    transactions = run_kafka(args, KafkaPass(args.events, args.reps, lambda c, s: selected(only, c, s),
+                                             args.events_for), results)
+    at_jvm_size: report.Results = {}
+    if args.jvm_events > 0:
+        def jvm_plan(column: str, scenario: str) -> bool:
+            return (column in JVM_COLUMNS and scenario in JVM_SCENARIOS and selected(only, column, scenario)
+                    and selected(only, "kafka-streams", scenario))
+
+        run_kafka(args, KafkaPass(args.jvm_events, args.jvm_reps, jvm_plan, {}), at_jvm_size)
     run_embedded(args, only, results)
     latency: Dict[str, dict] = {}
     if extra_selected(only, "latency"):
@@ -249,8 +319,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     broker_name = broker_description(args.broker)
     header = (f"Kafka: {broker_name}; {args.events:,} JSON events (embedded broker: {args.embedded_events:,}), "
               f"{PARTITIONS} partitions, 1 process per framework, median of {args.reps}, {os.cpu_count()} cores")
-    floors = report.judge_floors(results, latency)
-    report.print_table(header, results, latency, restore, floors)
+    floors = report.judge_floors(results, latency, at_jvm_size, args.jvm_events)
+    report.print_table(header, results, latency, restore, floors, args.events, at_jvm_size, args.jvm_events)
     chart = os.path.splitext(args.results)[0] + ".png"
     why_no_chart = report.write_chart(chart, results, header)
     report.write_json(args.results, {
@@ -259,7 +329,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "timed": "Kafka: from the first input records handed out by the consumer to the completion of the commit "
                  "covering the last one (outputs acknowledged before it); process start and group join excluded. "
                  "Embedded: from worker start to its last commit.",
-        "scenarios": results, "latency": latency, "restore": restore, "floors": floors,
+        "events_for": args.events_for, "scenarios": results,
+        "at_jvm_size": {"events": args.jvm_events, "reps": args.jvm_reps, "scenarios": at_jvm_size},
+        "latency": latency, "restore": restore, "floors": floors,
         "run": {"started": started, "ended": _conditions(), "commit": _commit()}})
     print(f"\n  results written to {os.path.relpath(args.results)}; chart: "
           f"{why_no_chart or os.path.relpath(chart)}")

@@ -31,8 +31,10 @@ def per_core_ratio(results: Results, scenario: str, a: str, b: str) -> Optional[
     return y / x if x and y else None
 
 
-def judge_floors(results: Results, latency: Dict[str, dict]) -> List[dict]:
-    """The issue's floors, each with the measured ratio or figure and PASS/FAIL/not measured."""
+def judge_floors(results: Results, latency: Dict[str, dict], at_jvm_size: Optional[Results] = None,
+                 jvm_events: int = 0) -> List[dict]:
+    """The issue's floors, each with the measured ratio or figure and PASS/FAIL/not measured;
+    the per-core floor against Kafka Streams also at ``jvm_events`` when that pass ran."""
     floors: List[dict] = []
 
     def add(rule: str, value: Optional[float], threshold: float, unit: str = "x") -> None:
@@ -49,6 +51,9 @@ def judge_floors(results: Results, latency: Dict[str, dict]) -> List[dict]:
     for s in ("S1", "S2", "S3"):
         add(f"{s}: streamkit >= 1.0x Kafka Streams per core (events per CPU second)",
             per_core_ratio(results, s, "streamkit", "kafka-streams"), 1.0)
+        if at_jvm_size:
+            add(f"{s}: streamkit >= 1.0x Kafka Streams per core at {jvm_events:,} events",
+                per_core_ratio(at_jvm_size, s, "streamkit", "kafka-streams"), 1.0)
 
     for s in ("S1", "S2", "S3"):
         add(f"{s}: streamkit >= 10x faust-streaming", ratio(s, "streamkit", "faust"), 10)
@@ -80,27 +85,75 @@ def _fmt_value(value: Optional[float], unit: str) -> str:
     return {"x": f"{value:.1f}x", "%": f"{value:.0%}", "ev/s": f"{value:,.0f}", "ms": f"{value:.1f} ms"}[unit]
 
 
-def print_table(header: str, results: Results, latency: Dict[str, dict], restore: Dict[str, dict],
-                floors: List[dict]) -> None:
+RATIOS = (("streamkit", "raw"), ("streamkit", "kafka-streams"), ("streamkit-cached", "kafka-streams-cached"),
+          ("streamkit", "quix"), ("streamkit-cached", "quix"), ("streamkit", "faust"), ("streamkit", "bytewax"),
+          ("streamkit", "pathway"), ("streamkit-rdkafka", "streamkit"), ("embedded", "streamkit"),
+          ("embedded-cached", "streamkit-cached"))
+"""The ratios the report prints per scenario: streamkit against each peer, the librdkafka
+client against aiokafka, the embedded broker against Kafka."""
+PER_CPU_RATIOS = (("streamkit", "kafka-streams"), ("streamkit-cached", "kafka-streams-cached"), ("streamkit", "raw"))
+
+
+def _short_reason(reason: str) -> str:
+    """The first clause of a skip reason, for a ratio's n/a (the notes carry the whole)."""
+    head = reason.split(";")[0].split(":", 1)[-1].strip()
+    return head if len(head) <= 70 else head[:67] + "..."
+
+
+def _ratio_text(results: Results, scenario: str, a: str, b: str, per_cpu: bool = False) -> Optional[str]:
+    """``a / b`` in events/s (or events per CPU second), 'n/a (why)' when either could not run
+    the scenario, None when either was not asked for."""
+    fa, fb = results.get(scenario, {}).get(a), results.get(scenario, {}).get(b)
+    if fa is None or fb is None:
+        return None
+    label = f"{LABELS[a]} / {LABELS[b]}" + (" per CPU second" if per_cpu else "")
+    missing = [(c, f) for c, f in ((a, fa), (b, fb)) if "skipped" in f]
+    if missing:
+        why = "; ".join(f"{LABELS[c]}: {_short_reason(f['skipped'])}" for c, f in missing)
+        return f"{label} n/a ({why})"
+    value = per_core_ratio(results, scenario, a, b) if per_cpu else fa["events_per_second"] / fb["events_per_second"]
+    return f"{label} {value:.2f}" if value is not None else None
+
+
+def print_throughput(results: Results, events: int) -> None:
+    """The events/s table (peak RSS), the CPU per event table, the notes and the ratios of one
+    pass; a cell measured at another event count than ``events`` is marked * and named."""
     columns = [c for c in COLUMNS if any(c in results.get(s, {}) for s in SCENARIOS)]
-    width = 21
-    print(f"\n{header}\n")
-    print("events/s, median of reps (peak RSS MiB); n/a and skipped with the reason below\n")
-    print(f"  {'scenario':<40}" + "".join(f"{LABELS[c]:>{width}}" for c in columns))
+    if not columns:
+        return
+    width = 2 + max(len(LABELS[c]) for c in columns)
     notes: List[Tuple[str, str, str]] = []
-    for name, scenario in SCENARIOS.items():
-        cells = []
+    other_sizes: Dict[str, int] = {}
+    for title, cell in (("events/s, median of reps (peak RSS MiB)",
+                         lambda f: f"{f['events_per_second']:,.0f} ({f['peak_rss_mib']:,.0f})"),
+                        ("CPU us per event (the framework's process; Kafka Streams: the JVM's)",
+                         lambda f: f"{f['cpu_us_per_event']:,.1f}")):
+        print(f"  {title}; n/a and skipped with the reason below\n")
+        print(f"  {'scenario':<42}" + "".join(f"{LABELS[c]:>{width}}" for c in columns))
+        for name, scenario in SCENARIOS.items():
+            if not results.get(name):
+                continue
+            cells = []
+            for column in columns:
+                figures = results.get(name, {}).get(column)
+                if figures is None:
+                    cells.append("")
+                elif "skipped" in figures:
+                    cells.append("n/a" if figures["skipped"].startswith("n/a") else "skipped")
+                else:
+                    marked = figures.get("events", events) != events
+                    if marked:
+                        other_sizes[column] = figures["events"]
+                    cells.append(cell(figures) + ("*" if marked else ""))
+            print(f"  {name + ' ' + scenario.title:<42}" + "".join(f"{c:>{width}}" for c in cells))
+        print()
+    for name in SCENARIOS:
         for column in columns:
-            figures = results.get(name, {}).get(column)
-            if figures is None:
-                cells.append("")
-            elif "skipped" in figures:
-                cells.append("n/a" if figures["skipped"].startswith("n/a") else "skipped")
+            figures = results.get(name, {}).get(column, {})
+            if "skipped" in figures:
                 notes.append((name, column, figures["skipped"]))
-            else:
-                cells.append(f"{figures['events_per_second']:,.0f} ({figures['peak_rss_mib']:,.0f})")
-        print(f"  {name + ' ' + scenario.title:<40}" + "".join(f"{c:>{width}}" for c in cells))
-    print()
+    for column, n in other_sizes.items():
+        print(f"  * {LABELS[column]}: {n:,} events per run (figures per event, as every column's)")
     for scenario, column, reason in notes:
         print(f"  {scenario} {LABELS[column]}: {reason}")
     for column in columns:  # where a framework's figures depart from the output contract
@@ -108,21 +161,24 @@ def print_table(header: str, results: Results, latency: Dict[str, dict], restore
                          if results.get(s, {}).get(column, {}).get("contract")), None)
         if contract:
             print(f"  {LABELS[column]}: {contract}")
-    print("\n  streamkit's ratios (caching off unless named):")
+    print("\n  ratios (events/s unless per CPU second; streamkit's caching off unless named):")
     for name in SCENARIOS:
-        parts = []
-        for a, b in (("streamkit", "raw"), ("streamkit", "faust"), ("streamkit", "quix"),
-                     ("streamkit-rdkafka", "streamkit"), ("streamkit-rdkafka", "quix"),
-                     ("streamkit-cached", "quix"), ("embedded", "streamkit"), ("streamkit", "kafka-streams"),
-                     ("streamkit-cached", "kafka-streams-cached")):
-            x, y = rate(results, name, a), rate(results, name, b)
-            if x is not None and y:
-                parts.append(f"{LABELS[a]} / {LABELS[b]} {x / y:.2f}")
-        per_core = per_core_ratio(results, name, "streamkit", "kafka-streams")
-        if per_core is not None:
-            parts.append(f"streamkit / Kafka Streams per CPU second {per_core:.2f}")
+        parts = [_ratio_text(results, name, a, b) for a, b in RATIOS]
+        parts += [_ratio_text(results, name, a, b, per_cpu=True) for a, b in PER_CPU_RATIOS]
+        parts = [p for p in parts if p]
         if parts:
-            print(f"    {name}: " + "; ".join(parts))
+            print(f"    {name}: " + "\n        ".join(parts))
+
+
+def print_table(header: str, results: Results, latency: Dict[str, dict], restore: Dict[str, dict],
+                floors: List[dict], events: int = 0, at_jvm_size: Optional[Results] = None,
+                jvm_events: int = 0) -> None:
+    print(f"\n{header}\n")
+    print_throughput(results, events)
+    if at_jvm_size:
+        print(f"\n  At {jvm_events:,} events (Kafka Streams at a size fair to a JVM, streamkit and the aiokafka "
+              "loop beside it; compare within this table):\n")
+        print_throughput(at_jvm_size, jvm_events)
     if latency:
         print("\n  S1 latency at a fixed offered load (produce -> output observed):")
         for column, figures in latency.items():
@@ -136,7 +192,9 @@ def print_table(header: str, results: Results, latency: Dict[str, dict], restore
                       + ("  reps p50/p99: " + ", ".join(f"{r['p50_ms']:.1f}/{r['p99_ms']:.1f}" for r in figures["reps"])
                          if len(figures.get("reps", ())) > 1 else ""))
     if restore:
-        print("\n  restore of a 1,000,000-record changelog into RocksDB:")
+        records = next((f["records"] for f in restore.values() if "records" in f), None)
+        print(f"\n  restore of a {records:,}-record changelog into RocksDB:" if records else
+              "\n  restore of a changelog into RocksDB:")
         for column, figures in restore.items():
             if "skipped" in figures:
                 print(f"    {column:<22} {figures['skipped']}")

@@ -15,7 +15,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from bench.kafka_throughput import committed_total, create_topics, delete_topics, produce, read_topic
 from bench.peers.workload import PARTITIONS, SCENARIOS, Event
@@ -70,40 +70,62 @@ def produce_with_exact_ends(bootstrap: str, topic: str, records: Sequence[Event]
     asyncio.run(produce(bootstrap, topic, [records[i] for i in sorted(tails)]))
 
 
+class Inputs(NamedTuple):
+    """Input topics already holding one scenario's events (and pages table): produced once,
+    read by every framework and rep of that scenario, each in a consumer group of its own."""
+    source: str
+    table: Optional[str]
+    events: int
+
+
+def produce_inputs(bootstrap: str, scenario: str, events: Sequence[Event], table: Sequence[Event]) -> Inputs:
+    """Create and fill the input topics of ``scenario``: the events, and the pages table when
+    the scenario joins it. Producing 200,000 events costs seconds, so it is done once per
+    scenario and size rather than once per run; no framework writes to these topics."""
+    prefix = f"bench-input-{scenario}-{len(events)}-{uuid.uuid4().hex[:8]}".lower()
+    source = f"{prefix}-events"
+    pages = f"{prefix}-pages" if SCENARIOS[scenario].table else None
+    asyncio.run(create_topics(bootstrap, [t for t in (source, pages) if t]))
+    started = time.perf_counter()
+    if pages:
+        produce_with_exact_ends(bootstrap, pages, table)
+    asyncio.run(produce(bootstrap, source, events))
+    log.info("%s: produced %d events in %.1f s into %s", scenario, len(events), time.perf_counter() - started,
+             source)
+    return Inputs(source, pages, len(events))
+
+
 def run_once(framework: str, scenario: str, bootstrap: str, events: Sequence[Event], table: Sequence[Event],
-             expected: Counter, *, caching: bool = False, verbose: bool = False,
-             profile: Optional[str] = None, group_offsets: bool = True) -> dict:
-    """Fresh topics, pre-produced input, one timed child, verified output. ``caching``: the
-    output is checked as coalesced (final values exact, fewer updates allowed);
-    ``group_offsets=False``: the framework keeps its input offsets outside the consumer
-    group (Bytewax, Pathway), so the group's committed offsets are not checked."""
+             expected: Counter, *, caching: bool = False, verbose: bool = False, profile: Optional[str] = None,
+             group_offsets: bool = True, inputs: Optional[Inputs] = None) -> dict:
+    """One timed child on ``events`` (and ``table``), its output verified. ``inputs``: topics
+    already holding them (:func:`produce_inputs`), else this run produces its own.
+    ``caching``: the output is checked as coalesced (final values exact, fewer updates
+    allowed); ``group_offsets=False``: the framework keeps its input offsets outside the
+    consumer group (Bytewax, Pathway), so the group's committed offsets are not checked."""
     spec_of = SCENARIOS[scenario]
     run_id = f"bench-{framework}-{scenario}-{uuid.uuid4().hex[:8]}".lower()
-    source, sink = f"{run_id}-events", f"{run_id}-out"
-    pages = f"{run_id}-pages" if spec_of.table else None
+    sink = f"{run_id}-out"
     state_dir = tempfile.mkdtemp(prefix=f"sk-peers-{framework}-{scenario}-")
+    own_inputs = inputs is None
     try:
-        # Tansu auto-creates unknown topics with 4 partitions: create every topic we read or write.
-        asyncio.run(create_topics(bootstrap, [t for t in (source, sink, pages) if t]))
-        started = time.perf_counter()
-        if pages:
-            produce_with_exact_ends(bootstrap, pages, table)
-        asyncio.run(produce(bootstrap, source, events))
-        log.info("%s %s: produced %d events in %.1f s", framework, scenario, len(events),
-                 time.perf_counter() - started)
+        if inputs is None:
+            inputs = produce_inputs(bootstrap, scenario, events, table)
+        # Tansu auto-creates unknown topics with 4 partitions: create every topic we write.
+        asyncio.run(create_topics(bootstrap, [sink]))
         spec = {"framework": framework, "scenario": scenario, "bootstrap": bootstrap, "app_id": run_id,
-                "source": source, "sink": sink, "table": pages, "events": len(events), "state_dir": state_dir,
-                "caching": caching, "commit_interval_s": COMMIT_INTERVAL_S, "verbose": verbose,
-                "profile": profile}
+                "source": inputs.source, "sink": sink, "table": inputs.table, "events": inputs.events,
+                "state_dir": state_dir, "caching": caching, "commit_interval_s": COMMIT_INTERVAL_S,
+                "verbose": verbose, "profile": profile}
         figures = run_child(spec)
-        if figures["records"] != len(events):
+        if figures["records"] != inputs.events:
             raise VerificationError(f"{framework} {scenario}: handed out {figures['records']:,} of "
-                                    f"{len(events):,} input records")
+                                    f"{inputs.events:,} input records")
         if group_offsets:
-            committed = asyncio.run(committed_total(bootstrap, run_id, source))
-            if committed != len(events):
+            committed = asyncio.run(committed_total(bootstrap, run_id, inputs.source))
+            if committed != inputs.events:
                 raise VerificationError(f"{framework} {scenario}: committed offsets cover {committed:,} of "
-                                        f"{len(events):,} input records")
+                                        f"{inputs.events:,} input records")
         # Coalesced (cached) output is shorter: read until the topic is quiet.
         output = asyncio.run(read_topic(bootstrap, sink, 1 if caching else sum(expected.values())))
         try:
@@ -111,17 +133,19 @@ def run_once(framework: str, scenario: str, bootstrap: str, events: Sequence[Eve
         except AssertionError as exc:
             raise VerificationError(f"{framework} {scenario}: {exc}") from None
         figures["outputs"] = len(output)
-        figures["events_per_second"] = len(events) / figures["seconds"]
+        figures["events_per_second"] = inputs.events / figures["seconds"]
         log.info("%s %s%s: %.0f events/s over %.2f s, %d outputs, peak RSS %.0f MiB (verified)", framework,
                  scenario, " (caching)" if caching else "", figures["events_per_second"], figures["seconds"],
                  len(output), figures["peak_rss_mib"])
         return figures
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
-        try:
-            asyncio.run(delete_topics(bootstrap, run_id))
-        except Exception as exc:  # noqa: BLE001 - clean-up is best-effort; a fresh broker follows anyway
-            log.warning("could not delete the topics of %s: %s", run_id, exc)
+        prefixes = [run_id] + ([inputs.source[:-len("-events")]] if own_inputs and inputs is not None else [])
+        for prefix in prefixes:
+            try:
+                asyncio.run(delete_topics(bootstrap, prefix))
+            except Exception as exc:  # noqa: BLE001 - clean-up is best-effort; a fresh broker follows anyway
+                log.warning("could not delete the topics of %s: %s", prefix, exc)
 
 
 def summarize(runs: List[dict], events: int) -> dict:

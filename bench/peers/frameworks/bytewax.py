@@ -94,7 +94,11 @@ def build(spec: dict, late: List[Tuple[str, Any]]) -> Dataflow:
     clock deems late are appended to ``late``."""
     scenario = spec["scenario"]
     flow = Dataflow(f"bench-{scenario}")
-    messages = op.input("events", flow, KafkaSource([spec["bootstrap"]], [spec["source"]], tail=False))
+    # A latency run (bench.peers.latency: endless input, fetch_max_wait_ms set) tails its input.
+    latency_run = spec.get("fetch_max_wait_ms") is not None
+    fetch_wait = {"fetch.wait.max.ms": str(spec["fetch_max_wait_ms"])} if latency_run else None
+    messages = op.input("events", flow, KafkaSource([spec["bootstrap"]], [spec["source"]], tail=latency_run,
+                                                    add_config=fetch_wait))
     if scenario == "S0":
         out = op.map("pass", messages, lambda m: KafkaSinkMessage(m.key, m.value))
     elif scenario == "S1":

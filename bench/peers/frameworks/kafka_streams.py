@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Optional
@@ -70,7 +71,18 @@ def run(spec: dict, probe: Probe) -> None:
     classes = compiled(jars)
     command = [java(), f"-Xmx{HEAP}", "-cp", f"{classes}{os.pathsep}{jars}/*", "KafkaStreamsPeer",
                json.dumps(spec)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=JVM_TIMEOUT_S)
-    if done.returncode != 0 or not done.stdout.strip():
-        raise RuntimeError(f"Kafka Streams exited {done.returncode}:\n{done.stderr[-3000:]}")
-    probe.measured_elsewhere(json.loads(done.stdout.strip().splitlines()[-1]))
+    jvm = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A latency run (endless input) ends with SIGTERM to this process: pass it on to the JVM,
+    # whose shutdown hook closes Kafka Streams, rather than leave the JVM running orphaned.
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: jvm.terminate())
+    try:
+        stdout, stderr = jvm.communicate(timeout=JVM_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        jvm.kill()
+        jvm.communicate()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if jvm.returncode != 0 or not stdout.strip():
+        raise RuntimeError(f"Kafka Streams exited {jvm.returncode}:\n{stderr[-3000:]}")
+    probe.measured_elsewhere(json.loads(stdout.strip().splitlines()[-1]))
