@@ -17,9 +17,6 @@ from .config import KafkaClientConfig
 from .rdkafka_fetcher import RdKafkaFetcher
 
 COMMITTED_TIMEOUT_S = 15.0
-FETCH_QUEUE_BACKOFF_MS = 10
-"""How soon librdkafka fetches again once its queue holds ``queued.min.messages`` (its default,
-1000 ms since librdkafka 2.3, idled a restore most of the time: 132k against 318k records/s)."""
 
 
 class RdKafkaAssignedConsumer(Consumer):
@@ -30,8 +27,7 @@ class RdKafkaAssignedConsumer(Consumer):
         self._group = group
         # librdkafka wants a group.id even for a consumer that never joins or commits.
         self._fetcher = RdKafkaFetcher(config, group or f"{config.client_id}-reader-{uuid.uuid4().hex[:12]}",
-                                       read_committed, f"reading for group {group}" if group else "reading",
-                                       {"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS})
+                                       read_committed, f"reading for group {group}" if group else "reading")
         self._ck = self._fetcher._ck
 
     def assign(self, partitions: Sequence[TopicPartition], positions: Mapping[TopicPartition, int]) -> None:

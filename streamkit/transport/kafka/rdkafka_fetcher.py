@@ -8,9 +8,15 @@ thread, with ``poll(max_wait)`` (which returns as soon as one record arrives; th
 queued then comes with a second ``consume(n, 0)``). The loop is never blocked.
 
 Assignment is manual (``incremental_assign`` with the positions the caller gives); the
-consumer never joins a group. A wait left running by a cancelled fetch is picked up by the
-next one; records it returns for partitions whose assignment changed since it started are
-dropped (they are read again from the new position).
+consumer never joins a group. Partitions of a topic this client has not looked up yet are
+handed to librdkafka only once it knows their leaders (a metadata look-up on the helper
+thread, awaited by the next fetch): asked for the log start (``OFFSET_BEGINNING``) of a
+partition whose leader it does not know yet, librdkafka retries only after a fixed 500 ms,
+and the fetch then in flight for the other partitions (held up to ``fetch.wait.max.ms``)
+delayed it about as long again: a worker's first records of such a partition came ~1 s
+late. A wait left running by a cancelled fetch is picked up by the next one; records it
+returns for partitions whose assignment changed since it started are dropped (they are
+read again from the new position).
 
 A position outside the log is reported by librdkafka (``auto.offset.reset=error``) and
 handled as the aiokafka consumer does: below the log start, the range in between is
@@ -34,6 +40,14 @@ log = logging.getLogger(__name__)
 
 MAX_RECORDS_PER_FETCH = 10_000
 WATERMARK_TIMEOUT_S = 10.0
+FETCH_QUEUE_BACKOFF_MS = 10
+"""How soon librdkafka fetches again once its queue holds ``queued.min.messages`` (100,000).
+Its default, 1000 ms since librdkafka 2.3, left the fetcher idle for most of a second each
+time the worker fell that far behind: a restore read 132k instead of 318k records/s, and a
+worker's 200,000-event backlog stalled ~0.4 s with nothing queued."""
+LOOKUP_TIMEOUT_S = 2.0
+"""Longest a new topic's metadata look-up may take; past it, its partitions are handed to
+librdkafka anyway (which then finds the leaders itself, retrying every 500 ms)."""
 WARN_EVERY_S = 10.0
 """A recurring client error (broker unreachable) is logged at most this often."""
 
@@ -47,14 +61,19 @@ class RdKafkaFetcher:
     def __init__(self, config: KafkaClientConfig, group: str, read_committed: bool, what: str,
                  settings: Optional[Mapping[str, Any]] = None) -> None:
         self._ck = confluent_kafka()
-        self._conf = with_logger({**config.librdkafka_consumer(group, read_committed), **(settings or {})},
-                                 "consumer")
+        self._conf = with_logger({**config.librdkafka_consumer(group, read_committed),
+                                  "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS, **(settings or {})}, "consumer")
         self.what = what
         self._kafka: Any = None
         self._thread: Optional[HelperThread] = None
         self._assigned: Set[TopicPartition] = set()
         self._handles: Dict[TopicPartition, Any] = {}
         """confluent_kafka.TopicPartition per assigned partition (for the watermark look-ups)."""
+        self._unstarted: Dict[TopicPartition, Any] = {}
+        """Assigned partitions (with their start) whose topic's metadata look-up is pending:
+        not handed to librdkafka yet (see _start_unstarted)."""
+        self._lookups: Dict[str, concurrent.futures.Future] = {}
+        """Per topic, its metadata look-up on the helper thread (done once per client)."""
         self._positions: Dict[TopicPartition, int] = {}
         """The next offset to hand out, per partition, where known."""
         self._epoch = 0
@@ -90,10 +109,11 @@ class RdKafkaFetcher:
         if not partitions:
             return
         kafka, ck = self.client(), self._ck
-        again = [self._handles[tp] for tp in partitions if tp in self._assigned]
+        again = [self._handles[tp] for tp in partitions if tp in self._assigned and tp not in self._unstarted]
         if again:
             kafka.incremental_unassign(again)
         handles = []
+        new_topics: Set[str] = set()
         for tp in partitions:
             offset = positions.get(tp)
             self._epoch += 1
@@ -104,15 +124,32 @@ class RdKafkaFetcher:
                 self._positions[tp] = offset
             self._assigned.add(tp)
             self._handles[tp] = ck.TopicPartition(tp.topic, tp.partition)
-            handles.append(ck.TopicPartition(tp.topic, tp.partition, ck.OFFSET_BEGINNING if offset is None else offset))
-        kafka.incremental_assign(handles)
+            start = ck.TopicPartition(tp.topic, tp.partition, ck.OFFSET_BEGINNING if offset is None else offset)
+            lookup = self._lookups.get(tp.topic)
+            if lookup is not None and lookup.done():
+                self._unstarted.pop(tp, None)
+                handles.append(start)
+            else:
+                self._unstarted[tp] = start
+                if lookup is None:
+                    new_topics.add(tp.topic)
+        if handles:
+            kafka.incremental_assign(handles)
+        if new_topics:
+            assert self._thread is not None
+            lookup = self._thread.submit(self._look_up, sorted(new_topics))
+            for topic in new_topics:
+                self._lookups[topic] = lookup
 
     def unassign(self, partitions: Sequence[TopicPartition]) -> None:
         gone = [tp for tp in partitions if tp in self._assigned]
         if not gone or self._kafka is None:
             return
-        self._kafka.incremental_unassign([self._handles[tp] for tp in gone])
+        started = [self._handles[tp] for tp in gone if tp not in self._unstarted]
+        if started:
+            self._kafka.incremental_unassign(started)
         for tp in gone:
+            self._unstarted.pop(tp, None)
             self._epoch += 1
             self._epochs[tp] = self._epoch
             self._assigned.discard(tp)
@@ -127,6 +164,10 @@ class RdKafkaFetcher:
     async def fetch(self, max_wait: float) -> List[FetchedBatch]:
         """Records queued now, else the first to arrive within ``max_wait`` s (with whatever
         arrived with it), grouped per partition in offset order."""
+        if self._unstarted:
+            started = time.monotonic()
+            await self._start_unstarted(max_wait)
+            max_wait = max(0.0, max_wait - (time.monotonic() - started))
         if self._waiting is not None:  # left by a cancelled fetch: its records are ours
             since = self._waiting_since
             messages = await asyncio.wrap_future(self._waiting)
@@ -148,6 +189,25 @@ class RdKafkaFetcher:
         if self._out_of_range:
             await self._recover()
         return out
+
+    def _look_up(self, topics: List[str]) -> None:
+        """On the helper thread: have librdkafka fetch the metadata (partition leaders) of
+        ``topics``; a failure is left to librdkafka's own retries."""
+        for topic in topics:
+            try:
+                self._kafka.list_topics(topic, timeout=LOOKUP_TIMEOUT_S)
+            except self._ck.KafkaException as exc:
+                log.debug("%s: looking up topic %s: %s (librdkafka finds its leaders itself)", self.what, topic, exc)
+
+    async def _start_unstarted(self, max_wait: float) -> None:
+        """Hand librdkafka the assigned partitions whose topic look-up is done, after waiting
+        at most ``max_wait`` for the pending look-ups."""
+        pending = {id(f): f for f in (self._lookups[tp.topic] for tp in self._unstarted) if not f.done()}
+        if pending and max_wait > 0:
+            await asyncio.wait([asyncio.wrap_future(f) for f in pending.values()], timeout=max_wait)
+        ready = [tp for tp in self._unstarted if self._lookups[tp.topic].done()]
+        if ready:
+            self.client().incremental_assign([self._unstarted.pop(tp) for tp in ready])
 
     def _wait(self, max_wait: float) -> list:
         """On the helper thread: the first record within ``max_wait`` and all queued with it."""
@@ -225,7 +285,7 @@ class RdKafkaFetcher:
         """The next offset a fetch of ``partition`` returns: after the last record handed out,
         or past transaction markers when librdkafka's own position is further."""
         mine = self._positions.get(partition)
-        if partition in self._assigned and self._waiting is None:
+        if partition in self._assigned and partition not in self._unstarted and self._waiting is None:
             (theirs,) = self._kafka.position([self._handles[partition]])
             if theirs.offset >= 0 and (mine is None or theirs.offset > mine):
                 return theirs.offset
@@ -238,6 +298,8 @@ class RdKafkaFetcher:
         handle = self._handles.get(partition)
         if handle is None:
             return None
+        if partition in self._unstarted:
+            return True
         _start, end = self._kafka.get_watermark_offsets(handle, cached=True)
         position = self._positions.get(partition)
         if end is None or end < 0 or position is None:
@@ -256,6 +318,7 @@ class RdKafkaFetcher:
             self._kafka.close()
         self._assigned.clear()
         self._handles.clear()
+        self._unstarted.clear()
 
     async def aclose(self) -> None:
         if self._waiting is not None:
