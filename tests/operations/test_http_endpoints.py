@@ -161,10 +161,10 @@ def test_health_fails_while_the_processing_loop_hangs_and_comes_back(running) ->
     release = threading.Event()
     commit = worker._commit
 
-    async def hanging_commit() -> None:
+    async def hanging_commit(**options) -> None:
         while not release.is_set():
             await asyncio.sleep(0.05)
-        await commit()
+        await commit(**options)
 
     worker._commit = hanging_commit
     try:

@@ -2,7 +2,8 @@
 starts (:func:`committer_for`) and owning the producers that path needs:
 
 - :class:`AtLeastOnceCommitter`: one producer; outputs are made durable, then the input
-  offsets are committed in the group.
+  offsets are committed in the group (for tasks without stores, in the background while
+  the worker processes on: see :meth:`Committer.commit`).
 - :class:`SharedTransactionCommitter` (exactly_once where the transport keeps one
   transactional id per worker: the embedded log): one transaction for every task.
 - :class:`PerTaskTransactionCommitter` (exactly_once on Kafka): one producer and one
@@ -84,7 +85,7 @@ class Committer(ABC):
     def close_task(self, task_id: str) -> None:
         """Task ``task_id`` stopped running here."""
 
-    async def commit(self, tasks: CommittedTasks) -> CommitOutcome:
+    async def commit(self, tasks: CommittedTasks, *, overlap: bool = False) -> CommitOutcome:
         """Commit every running task (step 1, flushing the tasks' caches and announcing
         their progress, is the task manager's and comes first). Under exactly_once, a
         crash at any point is safe:
@@ -104,8 +105,15 @@ class Committer(ABC):
 
         A task found to belong to another worker now (fenced producer, failed group
         commit) is reported in the outcome instead: nothing of it is committed or persisted.
+
+        With ``overlap``, a path that can (at_least_once, no task with stores) returns after
+        step 3 and finishes steps 4-5 for the offsets taken here in the background, while
+        the worker goes on processing and sending: those offsets still pass only records
+        whose outputs the broker acknowledged. Every commit first waits for the previous
+        one's background part (:meth:`settle`): its failure is raised there, before any
+        later offsets are committed, and the tasks it found moved are in the outcome.
         """
-        outcome = CommitOutcome()
+        outcome = await self.settle()
         # Step 2.
         for task in tasks.active.values():
             # Stamped with the wall clock, not stream time: window changelogs are also deleted
@@ -119,11 +127,22 @@ class Committer(ABC):
         outcome.migrated |= await self.send(_without(tasks.active, outcome.migrated))
         crash_point("commit.after_send")
         # Steps 4 and 5: one path per way of committing.
+        if overlap and self._start_in_background(tasks, outcome):
+            return outcome
         await self._commit_and_persist(tasks, outcome)
-        if time.monotonic() >= self._next_purge and not outcome.deferred:
-            await self._purge_repartition_topics(_without(tasks.active, outcome.migrated))
-            self._next_purge = time.monotonic() + PURGE_INTERVAL
+        if not outcome.deferred and time.monotonic() >= self._next_purge:
+            await self._purge_if_due({tp: offset for task in _without(tasks.active, outcome.migrated).values()
+                                      for tp, offset in task.positions.items()})
         return outcome
+
+    async def settle(self) -> CommitOutcome:
+        """Wait for the background part of the last commit, if any (see :meth:`commit`);
+        what it found. Raises its failure."""
+        return CommitOutcome()
+
+    def _start_in_background(self, tasks: CommittedTasks, outcome: CommitOutcome) -> bool:
+        """Begin steps 4-5 in the background if this path can; True if it did."""
+        return False
 
     async def send(self, active: Mapping[str, Task]) -> Set[str]:
         """Hand every task's buffered output to its producer; return the tasks found moved
@@ -189,12 +208,18 @@ class Committer(ABC):
                 outcome.migrated.add(tid)
         crash_point("commit.after_sinks")
 
-    async def _purge_repartition_topics(self, active: Mapping[str, Task]) -> None:
+    async def _purge_if_due(self, committed: Mapping[TopicPartition, int]) -> None:
+        """Purge the repartition topics below ``committed`` (offsets just committed) every
+        PURGE_INTERVAL."""
+        if time.monotonic() >= self._next_purge:
+            await self._purge_repartition_topics(committed)
+            self._next_purge = time.monotonic() + PURGE_INTERVAL
+
+    async def _purge_repartition_topics(self, committed: Mapping[TopicPartition, int]) -> None:
         """Delete repartition records below the committed offsets (each repartition
         partition has one reader, this app's task): the topics keep everything until
         read (``retention.ms=-1``), and no longer."""
-        below = {tp: offset for task in active.values() for tp, offset in task.positions.items()
-                 if tp.topic in self._repartition_topics}
+        below = {tp: offset for tp, offset in committed.items() if tp.topic in self._repartition_topics}
         if not below:
             return
         try:
@@ -224,13 +249,47 @@ class _SharedProducer(Committer):
 
 
 class AtLeastOnceCommitter(_SharedProducer):
-    """at_least_once: outputs made durable, then the input offsets committed in the group."""
+    """at_least_once: outputs made durable, then the input offsets committed in the group.
+
+    When no committed task has stores, a commit with ``overlap`` leaves steps 4-5 to a
+    background task (:attr:`_completing`): the producer's acks and the group commit are
+    network round trips the loop need not stall on. The offsets are taken at the commit
+    point, and the task awaits the acks of everything sent until it runs (a superset of
+    the outputs of the records below those offsets) before committing them. Tasks with
+    stores commit in line: their buffered writes must be persisted with exactly what the
+    committed changelog covers, and processing would add to them meanwhile."""
 
     def __init__(self, app_id: str, transport: Transport, consumer: Consumer, *,
                  repartition_topics: FrozenSet[str], topics: AppTopics) -> None:
         super().__init__(app_id, transport, repartition_topics=repartition_topics, topics=topics)
         self._consumer = consumer
         self._producer = transport.producer()
+        self._completing: Optional[asyncio.Future[CommitOutcome]] = None
+        """Steps 4-5 of the last commit, running in the background (None: nothing pending)."""
+
+    async def settle(self) -> CommitOutcome:
+        completing, self._completing = self._completing, None
+        return CommitOutcome() if completing is None else await completing
+
+    def _start_in_background(self, tasks: CommittedTasks, outcome: CommitOutcome) -> bool:
+        active = _without(tasks.active, outcome.migrated)
+        if any(task.stores.open_stores for task in active.values()):
+            return False
+        offsets, notes = _offsets_and_notes(tasks, active)
+        self._completing = asyncio.ensure_future(self._complete_in_background(offsets, notes, set(active)))
+        return True
+
+    async def _complete_in_background(self, offsets: Dict[TopicPartition, int], notes: Dict[TopicPartition, str],
+                                      task_ids: Set[str]) -> CommitOutcome:
+        """Steps 4-5 for tasks without stores: nothing to persist, then the purge if due."""
+        outcome = CommitOutcome()
+        if await self._make_durable_and_commit(offsets, notes, outcome):
+            crash_point("commit.after_persist")
+            if not outcome.deferred:
+                await self._purge_if_due(offsets)
+        else:
+            outcome.migrated |= task_ids
+        return outcome
 
     async def _commit_and_persist(self, tasks: CommittedTasks, outcome: CommitOutcome) -> None:
         """4. Make the outputs durable, then commit the input offsets in the group; a
@@ -238,6 +297,15 @@ class AtLeastOnceCommitter(_SharedProducer):
         without this worker migrates every task. 5. Persist the stores."""
         active = _without(tasks.active, outcome.migrated)
         offsets, notes = _offsets_and_notes(tasks, active)
+        if not await self._make_durable_and_commit(offsets, notes, outcome):
+            outcome.migrated |= set(active)
+            active = {}
+        self._persist(active)
+
+    async def _make_durable_and_commit(self, offsets: Dict[TopicPartition, int], notes: Dict[TopicPartition, str],
+                                       outcome: CommitOutcome) -> bool:
+        """Wait for the broker's acks of every output sent so far, then commit ``offsets``;
+        False when the group moved on without this worker (nothing committed)."""
         assert self._producer is not None
         self._changelog_ends.update(await self._producer.delivered())
         await self._producer.flush()
@@ -248,13 +316,27 @@ class AtLeastOnceCommitter(_SharedProducer):
             outcome.deferred = True
         except TaskMigratedError as exc:
             log.warning("%s", exc)
-            outcome.migrated |= set(active)
-            active = {}
+            return False
         except StreamkitError:
             self._topics.check()  # a deleted topic is the likeliest cause: say so precisely
             raise
         crash_point("commit.after_transaction")
-        self._persist(active)
+        return True
+
+    async def aclose(self) -> None:
+        await self.abort()  # a commit still completing in the background stops first
+        await super().aclose()
+
+    async def abort(self) -> None:
+        """Stop a commit completing in the background: its offsets may stay uncommitted
+        (the next owner processes those records again)."""
+        completing, self._completing = self._completing, None
+        if completing is None:
+            return
+        completing.cancel()
+        await asyncio.wait([completing])  # its own failure is not raised here: failing or stopping already
+        if not completing.cancelled() and completing.exception() is not None:
+            log.debug("the commit completing in the background failed: %s", completing.exception())
 
 
 class SharedTransactionCommitter(_SharedProducer):

@@ -294,7 +294,7 @@ class Worker:
             # Suspended (between a revocation's commit and the new assignment): nothing was
             # processed since, and the group may already have moved the partitions.
             if (now >= next_commit or buffered > cache_limit) and not self._suspended:
-                await self._commit()
+                await self._commit(overlap=True)
                 observations.committed(time.monotonic() - now,
                                        {tid: task.metrics.records_processed for tid, task in tasks.active.items()})
                 next_commit = time.monotonic() + self.commit_interval
@@ -399,16 +399,19 @@ class Worker:
         for tid in sorted(await committer.send(tasks.active)):
             tasks.close(tid, dirty=True)
 
-    async def _commit(self) -> None:
+    async def _commit(self, *, overlap: bool = False) -> None:
         """One commit of every task: step 1 by the tasks, the rest by the committer (see
         :meth:`Committer.commit`); tasks it found moved to another worker are closed
-        dirty. (The hook benchmarks time and tests hold up.)"""
+        dirty. With ``overlap`` (the loop's periodic commit) the committer may finish it
+        in the background; the rebalance's and the final commit are complete when this
+        returns. (The hook benchmarks time and tests hold up.)"""
         tasks, committer = self.task_manager, self.committer
         assert tasks is not None and committer is not None
         self._wrote_own_input = tasks.prepare_commit()
-        outcome = await committer.commit(tasks)
+        outcome = await committer.commit(tasks, overlap=overlap)
         for tid in sorted(outcome.migrated):
-            tasks.close(tid, dirty=True)
+            if tid in tasks.active:  # a background commit may report a task closed since
+                tasks.close(tid, dirty=True)
         self._commit_deferred = outcome.deferred
 
     async def _final_commit(self) -> None:

@@ -192,8 +192,9 @@ class KafkaProducer(Producer):
         """Await every batch sent since the last call until the broker acknowledged it; the
         offset after each partition's last record. Raises the first failure (fencing as
         TaskMigratedError), cancelling what is left."""
+        # _handing_over is kept: a send made while this waits (a commit completing in the
+        # background) must still chain after its partition's hand-over in flight.
         pending, self._pending = self._pending, []
-        self._handing_over = {}
         self._not_accepted.clear()
         ends: Dict[TopicPartition, int] = {}
         try:
