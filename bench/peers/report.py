@@ -61,14 +61,16 @@ def judge_floors(results: Results, latency: Dict[str, dict], at_jvm_size: Option
         add(f"{s}: streamkit >= 1.5x Quix Streams", ratio(s, "streamkit", "quix"), 1.5)
     for s in ("S2", "S3"):
         add(f"{s}: streamkit (caching) >= 3x Quix Streams", ratio(s, "streamkit-cached", "quix"), 3)
-    add("S1: streamkit >= 70% of the aiokafka limit", ratio("S1", "streamkit", "raw"), 0.7, "%")
+    add("S1: streamkit >= 1.2x the aiokafka loop", ratio("S1", "streamkit", "raw"), 1.2)
+    for s in ("S2", "S3"):
+        add(f"{s}: streamkit >= 0.9x the aiokafka loop (caching off)", ratio(s, "streamkit", "raw"), 0.9)
     add("embedded S1 >= 300,000 events/s", rate(results, "S1", "embedded"), 300_000, "ev/s")
     add("embedded S2 >= 150,000 events/s", rate(results, "S2", "embedded"), 150_000, "ev/s")
     eos = rate(results, "S5", "embedded")
     alos = rate(results, "S2", "embedded")
     add("embedded exactly_once (S5) >= 80% of at_least_once (S2)", eos / alos if eos and alos else None, 0.8, "%")
     for column, bound, key in (("streamkit", 5, "p50_ms"), ("streamkit", 10, "p99_ms"),
-                               ("streamkit-eos-100ms", 100, "p99_ms")):
+                               ("streamkit-eos-50ms", 100, "p99_ms")):
         value = latency.get(column, {}).get(key)
         floors.append({"rule": f"{LABELS.get(column, column)} {key[:3]} latency at 10,000 events/s <= {bound} ms",
                        "value": value, "threshold": bound, "unit": "ms",
@@ -228,6 +230,9 @@ def write_chart(path: str, results: Results, title: str) -> Optional[str]:
         return "no verified figures to draw"
     fig, ax = plt.subplots(figsize=(12, 5.5))
     width = 0.8 / len(columns)
+    # tab10 repeats after ten columns and there are twelve: tab20's dark shades first, then its light ones
+    palette = plt.get_cmap("tab20").colors
+    colors = list(palette[0::2]) + list(palette[1::2])
     for i, column in enumerate(columns):
         xs, ys = [], []
         for j, scenario in enumerate(scenarios):
@@ -235,14 +240,14 @@ def write_chart(path: str, results: Results, title: str) -> Optional[str]:
             if value is not None:
                 xs.append(j + (i - (len(columns) - 1) / 2) * width)
                 ys.append(value)
-        bars = ax.bar(xs, ys, width, label=LABELS[column])
+        bars = ax.bar(xs, ys, width, label=LABELS[column], color=colors[i % len(colors)])
         ax.bar_label(bars, labels=[f"{y / 1000:.0f}k" if y >= 1000 else f"{y:.0f}" for y in ys], fontsize=6,
                      rotation=90, padding=2)
     ax.set_yscale("log")
     ax.set_xticks(range(len(scenarios)), [f"{s}\n" + "\n".join(textwrap.wrap(SCENARIOS[s].title, 24))
                                           for s in scenarios], fontsize=8)
     ax.set_ylabel("events/s (log scale, median of reps, verified)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title("\n".join(textwrap.wrap(title, 140)), fontsize=9)
     ax.legend(fontsize=8, ncols=4, loc="upper right")
     ax.grid(axis="y", which="both", alpha=0.3)
     fig.tight_layout()
