@@ -6,10 +6,12 @@ The embedded log has no timestamp index: :func:`offset_for_time` reads the parti
 from its start until it finds the timestamp (one pass, as fast as a consumer reads)."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
-from typing import Dict, Mapping, Optional, Sequence
+from pathlib import Path
+from typing import Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 from ...broker import EmbeddedBroker, UnknownTopicError, validate_topic_name
 from ...broker.broker import META_FILE
@@ -24,13 +26,12 @@ concurrent changes of different keys both stay."""
 _READ_CHUNK = 10_000
 
 
-def alter_topic_config(broker: EmbeddedBroker, name: str, set_configs: Mapping[str, str],
-                       delete_configs: Sequence[str] = ()) -> Dict[str, str]:
-    """Set ``set_configs`` and remove ``delete_configs`` (back to the default) on topic
-    ``name``, keeping its other configs; return its configs after. ValueError for an
-    unknown key or a bad value (nothing is changed then), UnknownTopicError for a topic
-    that does not exist. Retention and compaction follow the new configs at their next
-    pass; ``segment.bytes`` applies to processes that open the topic afterwards."""
+@contextlib.contextmanager
+def _topic_meta_locked(broker: EmbeddedBroker, name: str) -> Iterator[Tuple[Path, dict]]:
+    """Topic ``name``'s directory and its ``meta.json`` contents, read under the topic's
+    config lock (held until the block ends, so a change written in it is not lost to
+    another process's). UnknownTopicError for a topic that does not exist, also one
+    deleted while the lock was awaited."""
     directory = broker.directory / "topics" / validate_topic_name(name)
     try:
         fd = os.open(directory / CONFIG_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -43,6 +44,19 @@ def alter_topic_config(broker: EmbeddedBroker, name: str, set_configs: Mapping[s
                 meta = json.loads(f.read())
         except FileNotFoundError:  # deleted while we waited for the lock
             raise UnknownTopicError(f"unknown topic '{name}' on embedded://{broker.directory}") from None
+        yield directory, meta
+    finally:
+        os.close(fd)
+
+
+def alter_topic_config(broker: EmbeddedBroker, name: str, set_configs: Mapping[str, str],
+                       delete_configs: Sequence[str] = ()) -> Dict[str, str]:
+    """Set ``set_configs`` and remove ``delete_configs`` (back to the default) on topic
+    ``name``, keeping its other configs; return its configs after. ValueError for an
+    unknown key or a bad value (nothing is changed then), UnknownTopicError for a topic
+    that does not exist. Retention and compaction follow the new configs at their next
+    pass; ``segment.bytes`` applies to processes that open the topic afterwards."""
+    with _topic_meta_locked(broker, name) as (directory, meta):
         config = {k: v for k, v in dict(meta.get("config", {})).items() if k not in delete_configs}
         config.update(set_configs)
         try:
@@ -51,8 +65,6 @@ def alter_topic_config(broker: EmbeddedBroker, name: str, set_configs: Mapping[s
             raise ValueError(f"topic '{name}': {exc}") from None
         write_json_atomic(directory / META_FILE, meta)
         return dict(meta["config"])
-    finally:
-        os.close(fd)
 
 
 def add_partitions(broker: EmbeddedBroker, name: str, partitions: int) -> TopicMetadata:
@@ -60,18 +72,7 @@ def add_partitions(broker: EmbeddedBroker, name: str, partitions: int) -> TopicM
     when it has that many already. ValueError when it has more (partitions are never
     removed), UnknownTopicError for a topic that does not exist. The new partitions' files
     are made before ``meta.json`` counts them: no process sees a partition without its log."""
-    directory = broker.directory / "topics" / validate_topic_name(name)
-    try:
-        fd = os.open(directory / CONFIG_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    except (FileNotFoundError, NotADirectoryError):
-        raise UnknownTopicError(f"unknown topic '{name}' on embedded://{broker.directory}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            with open(directory / META_FILE, "rb") as f:
-                meta = json.loads(f.read())
-        except FileNotFoundError:  # deleted while we waited for the lock
-            raise UnknownTopicError(f"unknown topic '{name}' on embedded://{broker.directory}") from None
+    with _topic_meta_locked(broker, name) as (directory, meta):
         current = int(meta["partitions"])
         if current > partitions:
             raise ValueError(f"topic '{name}' has {current} partitions: it cannot shrink to {partitions}")
@@ -84,8 +85,6 @@ def add_partitions(broker: EmbeddedBroker, name: str, partitions: int) -> TopicM
             meta["partitions"] = partitions
             write_json_atomic(directory / META_FILE, meta)
         return TopicMetadata(name, partitions, dict(meta.get("config", {})))
-    finally:
-        os.close(fd)
 
 
 def offset_for_time(broker: EmbeddedBroker, topic: str, partition: int, timestamp_ms: int) -> Optional[int]:
